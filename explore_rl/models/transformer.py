@@ -1,0 +1,361 @@
+"""One pure-functional decoder for Llama, Qwen2 and Qwen3, with a KV cache and interventions.
+
+Params are a nested dict (`init_params` shows the layout); layers are a list, so the
+forward is a Python loop over layers: no per-step slicing of stacked weights in decode.
+
+`forward(params, cfg, tokens, positions, mask, cache=None, interventions=None)` runs the
+decoder over `tokens` [B, T]. `mask` marks real tokens; positions are the RoPE positions
+(callers derive them from the mask, so left padding is free). With a cache, the new keys
+are written at `cache.index` and queries attend to every valid earlier slot.
+
+Interventions (EDEN, ASE):
+- appended embeddings `extra_embeds` [B, E, D] after the tokens, with `extra_mask` [B, E].
+  They live in a cache section of their own and their attention is merged into each
+  query's softmax by log-sum-exp; a row whose extras are all masked takes the plain
+  attention output unchanged, so a masked slot is bit-for-bit the clean forward.
+- a per-row steering vector [B, D] added to the output of block `steer_layer`;
+- a readout of block `readout_layer`'s output.
+
+Dimension letters: B batch, T tokens, E appended slots, S cache slots, D model,
+N query heads, K kv heads, G = N / K, H head dim, F feed-forward, V vocab, L layers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+from jaxtyping import Array, Bool, Float, Int
+
+from explore_rl.models.presets import ModelConfig
+
+# Finite, so a query with no valid key gives a finite (unused) output instead of NaN.
+_MASKED = -1e30
+
+
+@struct.dataclass
+class Interventions:
+    """What a rollout changes about the forward pass. All arrays are traced."""
+
+    extra_embeds: Float[Array, "B E D"] | None = None
+    extra_mask: Bool[Array, "B E"] | None = None
+    steer: Float[Array, "B D"] | None = None
+    steer_layer: int = struct.field(pytree_node=False, default=0)
+    readout_layer: int | None = struct.field(pytree_node=False, default=None)
+
+
+@struct.dataclass
+class KVCache:
+    """Preallocated keys/values, [B, K, S, H] per layer, plus the appended-slot section."""
+
+    k: list[Float[Array, "B K S H"]]
+    v: list[Float[Array, "B K S H"]]
+    mask: Bool[Array, "B S"]
+    index: Int[Array, ""]
+    extra_k: list[Float[Array, "B K E H"]] | None = None
+    extra_v: list[Float[Array, "B K E H"]] | None = None
+    extra_mask: Bool[Array, "B E"] | None = None
+
+
+@struct.dataclass
+class Output:
+    logits: Float[Array, "B T V"] | None
+    hidden: Float[Array, "B T D"]
+    cache: KVCache | None = None
+    readout: Float[Array, "B T D"] | None = None
+    extra_logits: Float[Array, "B E V"] | None = None
+    extra_hidden: Float[Array, "B E D"] | None = None
+
+
+def init_cache(cfg: ModelConfig, batch: int, length: int, n_extra: int = 0) -> KVCache:
+    shape = (batch, cfg.n_kv_heads, length, cfg.head_dim)
+    zeros = lambda s: [jnp.zeros(s, cfg.jnp_dtype) for _ in range(cfg.n_layers)]  # noqa: E731
+    extra_shape = (batch, cfg.n_kv_heads, n_extra, cfg.head_dim)
+    return KVCache(
+        k=zeros(shape),
+        v=zeros(shape),
+        mask=jnp.zeros((batch, length), bool),
+        index=jnp.zeros((), jnp.int32),
+        extra_k=zeros(extra_shape) if n_extra else None,
+        extra_v=zeros(extra_shape) if n_extra else None,
+        extra_mask=jnp.zeros((batch, n_extra), bool) if n_extra else None,
+    )
+
+
+def init_params(cfg: ModelConfig, key: jax.Array, scale: float = 0.02) -> dict:
+    """Random params in the layout the loaders produce (for tests and benchmarks)."""
+    d, n, k, h, f = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ff
+    shapes = {
+        "attn_norm": (d,),
+        "q": (d, n, h),
+        "k": (d, k, h),
+        "v": (d, k, h),
+        "o": (n, h, d),
+        "mlp_norm": (d,),
+        "gate": (d, f),
+        "up": (d, f),
+        "down": (f, d),
+    }
+    if cfg.qkv_bias:
+        shapes.update(q_bias=(n, h), k_bias=(k, h), v_bias=(k, h))
+    if cfg.qk_norm:
+        shapes.update(q_norm=(h,), k_norm=(h,))
+    dt = cfg.jnp_param_dtype
+
+    def tensor(key, name, shape):
+        if name.endswith("norm"):
+            return (1.0 + scale * jax.random.normal(key, shape)).astype(dt)
+        return (scale * jax.random.normal(key, shape)).astype(dt)
+
+    keys = jax.random.split(key, cfg.n_layers + 2)
+    layers = []
+    for lk in keys[: cfg.n_layers]:
+        sub = jax.random.split(lk, len(shapes))
+        layers.append({nm: tensor(s, nm, sh) for s, (nm, sh) in zip(sub, shapes.items())})
+    params = {
+        "embed": tensor(keys[-2], "embed", (cfg.vocab_size, d)),
+        "layers": layers,
+        "final_norm": jnp.ones((d,), dt),
+    }
+    if not cfg.tie_embeddings:
+        params["lm_head"] = tensor(keys[-1], "lm_head", (d, cfg.vocab_size))
+    return params
+
+
+def rms_norm(x: Array, w: Array, eps: float) -> Array:
+    # Statistics in float32, the result cast back before the weight (as HF does).
+    xf = x.astype(jnp.float32)
+    y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    return w.astype(x.dtype) * y.astype(x.dtype)
+
+
+def rope_frequencies(cfg: ModelConfig) -> Float[Array, " H2"]:
+    """Inverse frequencies, with Llama-3.1 scaling when the config has it."""
+    inv = 1.0 / (
+        cfg.rope_theta ** (jnp.arange(0, cfg.head_dim, 2, dtype=jnp.float32) / cfg.head_dim)
+    )
+    if cfg.rope_llama3_scaling is None:
+        return inv
+    factor, low, high, original = cfg.rope_llama3_scaling
+    wavelen = 2 * math.pi / inv
+    scaled = jnp.where(wavelen > original / low, inv / factor, inv)
+    smooth = (original / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= original / high) & (wavelen <= original / low)
+    return jnp.where(medium, smoothed, scaled)
+
+
+def apply_rope(x: Float[Array, "B X T H"], positions: Int[Array, "B T"], inv_freq) -> Array:
+    """Rotate-half RoPE (HF convention) for x laid out [B, heads, T, H]."""
+    angles = positions[:, None, :, None].astype(jnp.float32) * inv_freq
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return out.astype(x.dtype)
+
+
+def _project_qkv(lp: dict, cfg: ModelConfig, x: Float[Array, "B T D"], positions, inv_freq):
+    q = jnp.einsum("btd,dnh->bnth", x, lp["q"].astype(x.dtype))
+    k = jnp.einsum("btd,dkh->bkth", x, lp["k"].astype(x.dtype))
+    v = jnp.einsum("btd,dkh->bkth", x, lp["v"].astype(x.dtype))
+    if cfg.qkv_bias:
+        q = q + lp["q_bias"].astype(x.dtype)[None, :, None, :]
+        k = k + lp["k_bias"].astype(x.dtype)[None, :, None, :]
+        v = v + lp["v_bias"].astype(x.dtype)[None, :, None, :]
+    if cfg.qk_norm:
+        q = rms_norm(q, lp["q_norm"], cfg.norm_eps)
+        k = rms_norm(k, lp["k_norm"], cfg.norm_eps)
+    return apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq), v
+
+
+def _attend(q: Float[Array, "B K G T H"], k, v, mask: Bool[Array, "B T S"]):
+    """Unnormalised softmax attention: (sum_s p_s v_s, max score, sum_s p_s)."""
+    s = jnp.einsum("bkgth,bksh->bkgts", q, k, preferred_element_type=jnp.float32)
+    s = jnp.where(mask[:, None, None], s / math.sqrt(q.shape[-1]), _MASKED)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    p = jnp.exp(s - m)
+    acc = jnp.einsum("bkgts,bksh->bkgth", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    return acc, m, jnp.sum(p, axis=-1, keepdims=True)
+
+
+def attention(q: Float[Array, "B N T H"], keys, extra_keys=None) -> Float[Array, "B N T H"]:
+    """Softmax attention over `keys` = (k, v, mask), optionally merged with `extra_keys`.
+
+    The merge combines the two partial softmaxes exactly (log-sum-exp); queries with no
+    valid extra key keep the plain result bit for bit.
+    """
+    b, n, t, h = q.shape
+    kv_heads = keys[0].shape[1]
+    qg = q.reshape(b, kv_heads, n // kv_heads, t, h)
+    acc, m, total = _attend(qg, *keys)
+    out = acc / total
+    if extra_keys is not None:
+        acc_e, m_e, total_e = _attend(qg, *extra_keys)
+        m_all = jnp.maximum(m, m_e)
+        a, c = jnp.exp(m - m_all), jnp.exp(m_e - m_all)
+        merged = (acc * a + acc_e * c) / (total * a + total_e * c)
+        has_extra = jnp.any(extra_keys[2], axis=-1)[:, None, None, :, None]
+        out = jnp.where(has_extra, merged, out)
+    return out.reshape(b, n, t, h).astype(q.dtype)
+
+
+def mlp(lp: dict, x: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
+    gate = jnp.einsum("btd,df->btf", x, lp["gate"].astype(x.dtype))
+    up = jnp.einsum("btd,df->btf", x, lp["up"].astype(x.dtype))
+    return jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, lp["down"].astype(x.dtype))
+
+
+@struct.dataclass
+class _Context:
+    """Per-call masks and positions shared by every layer."""
+
+    positions: Int[Array, "B T"]
+    keys_valid: Bool[Array, "B S"]  # which key slots hold real tokens after this call
+    key_mask: Bool[Array, "B T S"]  # main queries -> main keys
+    extra_positions: Int[Array, "B E"] | None
+    extra_key_mask: Bool[Array, "B E S"] | None  # appended queries -> main keys
+    extra_self_mask: Bool[Array, "B E E"] | None  # appended queries -> appended keys
+    extra_seen_mask: Bool[Array, "B T E"] | None  # main queries -> appended keys in the cache
+    index: Int[Array, ""] | None  # cache write slot
+
+
+def _context(cfg, tokens_mask, positions, cache, iv) -> _Context:
+    b, t = tokens_mask.shape
+    if cache is None:
+        keys_valid, slot, q_slot = tokens_mask, jnp.arange(t), jnp.arange(t)
+        index = None
+    else:
+        index = cache.index
+        keys_valid = jax.lax.dynamic_update_slice(cache.mask, tokens_mask, (0, index))
+        slot, q_slot = jnp.arange(keys_valid.shape[1]), index + jnp.arange(t)
+    key_mask = keys_valid[:, None, :] & (slot[None, None, :] <= q_slot[None, :, None])
+    ctx = _Context(positions, keys_valid, key_mask, None, None, None, None, index)
+    if iv is not None and iv.extra_embeds is not None:
+        em = iv.extra_mask.astype(bool)
+        # Appended slots follow the last real token; a masked slot takes no position.
+        base = jnp.max(jnp.where(tokens_mask, positions, -1), axis=1, keepdims=True) + 1
+        e = em.shape[1]
+        ctx = ctx.replace(
+            extra_positions=base + jnp.cumsum(em, axis=1) - 1,
+            extra_key_mask=jnp.broadcast_to(keys_valid[:, None, :], (b, e, keys_valid.shape[1])),
+            extra_self_mask=em[:, None, :] & jnp.tril(jnp.ones((e, e), bool))[None],
+        )
+    elif cache is not None and cache.extra_mask is not None:
+        ctx = ctx.replace(
+            extra_seen_mask=jnp.broadcast_to(
+                cache.extra_mask[:, None, :], (b, t, cache.extra_mask.shape[1])
+            )
+        )
+    return ctx
+
+
+def _layer(lp, cfg, x, xe, ctx: _Context, kv, extra_kv, inv_freq):
+    """One block on the main stream x and the appended stream xe (may be None).
+
+    Returns the new streams and the layer's new (k, v) and appended (k, v) for the cache.
+    """
+    q, k, v = _project_qkv(
+        lp, cfg, rms_norm(x, lp["attn_norm"], cfg.norm_eps), ctx.positions, inv_freq
+    )
+    if kv is not None:
+        k = jax.lax.dynamic_update_slice(kv[0], k, (0, 0, ctx.index, 0))
+        v = jax.lax.dynamic_update_slice(kv[1], v, (0, 0, ctx.index, 0))
+    seen = None if ctx.extra_seen_mask is None else (*extra_kv, ctx.extra_seen_mask)
+    attn = attention(q, (k, v, ctx.key_mask), seen)
+    x = x + jnp.einsum("bnth,nhd->btd", attn, lp["o"].astype(x.dtype))
+    x = x + mlp(lp, rms_norm(x, lp["mlp_norm"], cfg.norm_eps))
+    if xe is not None:
+        qe, ke, ve = _project_qkv(
+            lp, cfg, rms_norm(xe, lp["attn_norm"], cfg.norm_eps), ctx.extra_positions, inv_freq
+        )
+        attn_e = attention(qe, (k, v, ctx.extra_key_mask), (ke, ve, ctx.extra_self_mask))
+        xe = xe + jnp.einsum("bnth,nhd->btd", attn_e, lp["o"].astype(xe.dtype))
+        xe = xe + mlp(lp, rms_norm(xe, lp["mlp_norm"], cfg.norm_eps))
+        extra_kv = (ke, ve)
+    return x, xe, (k, v), extra_kv
+
+
+def _steer(x, iv, layer):
+    if x is None or iv is None or iv.steer is None or iv.steer_layer != layer:
+        return x
+    return x + iv.steer[:, None, :].astype(x.dtype)
+
+
+def hidden_states(
+    params: dict,
+    cfg: ModelConfig,
+    tokens: Int[Array, "B T"],
+    positions: Int[Array, "B T"],
+    mask: Bool[Array, "B T"],
+    cache: KVCache | None = None,
+    interventions: Interventions | None = None,
+) -> Output:
+    """The decoder up to the final norm: hidden states, new cache, readout; no logits."""
+    iv = interventions
+    mask = mask.astype(bool)
+    ctx = _context(cfg, mask, positions, cache, iv)
+    inv_freq = rope_frequencies(cfg)
+    x = params["embed"][tokens].astype(cfg.jnp_dtype)
+    xe = None if ctx.extra_positions is None else iv.extra_embeds.astype(cfg.jnp_dtype)
+    new_k, new_v, new_ek, new_ev, readout = [], [], [], [], None
+    for i, lp in enumerate(params["layers"]):
+        kv = None if cache is None else (cache.k[i], cache.v[i])
+        extra_kv = (
+            None if cache is None or cache.extra_k is None else (cache.extra_k[i], cache.extra_v[i])
+        )
+        x, xe, (k, v), extra_kv = _layer(lp, cfg, x, xe, ctx, kv, extra_kv, inv_freq)
+        x, xe = _steer(x, iv, i), _steer(xe, iv, i)
+        if iv is not None and iv.readout_layer == i:
+            readout = x
+        new_k.append(k), new_v.append(v)
+        if extra_kv is not None:
+            new_ek.append(extra_kv[0]), new_ev.append(extra_kv[1])
+    new_cache = None
+    if cache is not None:
+        new_cache = cache.replace(
+            k=new_k,
+            v=new_v,
+            mask=ctx.keys_valid,
+            index=cache.index + tokens.shape[1],
+        )
+        if xe is not None:
+            if cache.extra_k is None:
+                raise ValueError("appended embeddings need a cache made with n_extra > 0")
+            new_cache = new_cache.replace(
+                extra_k=new_ek, extra_v=new_ev, extra_mask=iv.extra_mask.astype(bool)
+            )
+    norm = lambda h: None if h is None else rms_norm(h, params["final_norm"], cfg.norm_eps)  # noqa: E731
+    return Output(
+        logits=None, hidden=norm(x), cache=new_cache, readout=readout, extra_hidden=norm(xe)
+    )
+
+
+def lm_logits(params: dict, cfg: ModelConfig, hidden: Float[Array, "... D"]) -> Array:
+    """float32 logits of final hidden states (tied or untied head)."""
+    if cfg.tie_embeddings:
+        w = params["embed"].astype(hidden.dtype)
+        return jnp.einsum("...d,vd->...v", hidden, w, preferred_element_type=jnp.float32)
+    w = params["lm_head"].astype(hidden.dtype)
+    return jnp.einsum("...d,dv->...v", hidden, w, preferred_element_type=jnp.float32)
+
+
+def forward(
+    params: dict,
+    cfg: ModelConfig,
+    tokens: Int[Array, "B T"],
+    positions: Int[Array, "B T"],
+    mask: Bool[Array, "B T"],
+    cache: KVCache | None = None,
+    interventions: Interventions | None = None,
+) -> Output:
+    """Logits [B, T, V] (float32), new cache, readout and appended-slot logits."""
+    out = hidden_states(params, cfg, tokens, positions, mask, cache, interventions)
+    extra = None if out.extra_hidden is None else lm_logits(params, cfg, out.extra_hidden)
+    return out.replace(logits=lm_logits(params, cfg, out.hidden), extra_logits=extra)
+
+
+def positions_from_mask(mask: Bool[Array, "B T"]) -> Int[Array, "B T"]:
+    """RoPE positions for left-padded rows: 0 at the first real token (pads get 0)."""
+    return jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=1) - 1, 0)

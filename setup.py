@@ -1,0 +1,38 @@
+"""explore_rl: RL post-training of LLMs with verifiable rewards (GRPO) and exploration methods."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="explore_rl",
+    version="0.1.0",
+    description="JAX GRPO with EDEN, ASE, ExTra and EAD exploration",
+    long_description=open("README.md").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["explore_rl", "explore_rl.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "jax>=0.7",
+        "flax>=0.10",
+        "optax",
+        "orbax-checkpoint",
+        "transformers",  # tokenizers only; the runtime never imports torch
+        "tokenizers",
+        "jinja2",
+        "numpy",
+        "ml-dtypes",
+        "scikit-learn",
+        "scipy",
+        "sentencepiece",
+        "ml-collections",
+        "absl-py",
+        "jaxtyping",
+        "tensorboard",
+        "gguf",
+        "math-verify",
+        "tqdm",
+    ],
+    extras_require={
+        # torch only as a reference implementation in tests; 2.13.0 is a local CPU wheel.
+        "dev": ["pytest", "ruff", "torch==2.13.0", "accelerate"],
+    },
+)

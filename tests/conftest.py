@@ -1,0 +1,90 @@
+"""Shared fixtures: tiny random HF checkpoints of each family, and the embedded GGUF."""
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+TINY_HF = dict(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=256,
+)
+
+# family -> (transformers config class name, extra config fields)
+FAMILY_VARIANTS = {
+    "llama": ("LlamaConfig", dict(rope_theta=10000.0, tie_word_embeddings=True)),
+    "llama3-scaled": (
+        "LlamaConfig",
+        dict(
+            rope_theta=10000.0,
+            tie_word_embeddings=False,
+            rope_scaling=dict(
+                rope_type="llama3",
+                factor=8.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=64,
+            ),
+        ),
+    ),
+    "qwen2": ("Qwen2Config", dict(rope_theta=10000.0, tie_word_embeddings=False)),
+    "qwen3": ("Qwen3Config", dict(rope_theta=10000.0, tie_word_embeddings=True)),
+}
+
+
+def make_hf_checkpoint(folder, variant: str, seed: int = 0, max_shard_size=None):
+    """Write a random tiny HF checkpoint (safetensors) and return the torch model."""
+    import torch
+    import transformers
+
+    cls_name, extra = FAMILY_VARIANTS[variant]
+    config = getattr(transformers, cls_name)(**TINY_HF, **extra)
+    config.architectures = [cls_name.replace("Config", "ForCausalLM")]
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():  # non-trivial norms and biases, so a missed one shows
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.3 * torch.randn_like(p))
+            else:
+                p.copy_(0.3 * torch.randn_like(p))
+    model.eval()
+    kw = {} if max_shard_size is None else dict(max_shard_size=max_shard_size)
+    model.save_pretrained(folder, safe_serialization=True, **kw)
+    return model
+
+
+@pytest.fixture(scope="session")
+def embedded_gguf():
+    from explore_rl.models import weights
+
+    try:
+        return weights.embedded_model_path()
+    except ValueError as e:
+        pytest.fail(str(e))
+
+
+@pytest.fixture(scope="session")
+def embedded_model(embedded_gguf):
+    from explore_rl.models import weights
+
+    return weights.load_model(embedded_gguf)
+
+
+def left_padded_batch(rng: np.random.Generator, lengths, vocab: int, total: int):
+    """Random token rows of the given lengths, left-padded to `total` (pad id 0)."""
+    tokens = np.zeros((len(lengths), total), np.int32)
+    mask = np.zeros((len(lengths), total), bool)
+    for i, n in enumerate(lengths):
+        tokens[i, total - n :] = rng.integers(1, vocab, n)
+        mask[i, total - n :] = True
+    return tokens, mask
