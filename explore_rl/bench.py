@@ -5,7 +5,8 @@
 `forward`: tokens/s of the jitted forward (logits included) of the embedded model at
 batch x length tokens, and its achieved FLOP/s as a fraction of the FLOP/s of a large
 jitted matmul in the same dtype (the machine's compute limit). FLOPs are counted as
-2 x params x tokens plus causal attention (4 x layers x heads x head_dim x T^2 / 2 per row).
+2 x matmul params x tokens (the LM head included, an untied input embedding not) plus
+causal attention (4 x layers x heads x head_dim x T^2 / 2 per row).
 """
 
 from __future__ import annotations
@@ -42,8 +43,10 @@ def matmul_peak(dtype: str, n: int = 2048, reps: int = 5) -> float:
 
 
 def forward_flops(cfg, batch: int, length: int) -> float:
+    # An untied input embedding is a gather, not a matmul: leave it out.
+    matmul_params = cfg.num_params() - (0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model)
     attention = 4 * cfg.n_layers * cfg.n_heads * cfg.head_dim * length**2 / 2
-    return batch * (2 * cfg.num_params() * length + attention)
+    return batch * (2 * matmul_params * length + attention)
 
 
 def bench_forward(args) -> dict:
