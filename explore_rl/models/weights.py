@@ -186,7 +186,9 @@ def _gguf_reader(path: str):
     except FileNotFoundError:
         raise ValueError(f"{path}: no such GGUF file") from None
     except Exception as e:  # the reader raises many types on bad bytes
-        raise ValueError(f"{path}: not a valid GGUF file ({type(e).__name__}: {e})") from None
+        raise ValueError(
+            f"{path}: not a valid GGUF file, corrupt or truncated ({type(e).__name__}: {e})"
+        ) from None
 
 
 def gguf_field(reader, key: str, default=None):
@@ -201,6 +203,11 @@ def gguf_config(reader, path: str, **overrides) -> ModelConfig:
     g = lambda k, d=None: gguf_field(reader, f"{arch}.{k}", d)  # noqa: E731
     n_heads, d = int(g("attention.head_count")), int(g("embedding_length"))
     names = {t.name for t in reader.tensors}
+    if "rope_freqs.weight" in names:
+        raise ValueError(
+            f"{path}: Llama-3.1-style RoPE scaling in GGUF (rope_freqs) is not "
+            "supported; load the model's HF folder instead"
+        )
     tokens = gguf_field(reader, "tokenizer.ggml.tokens") or []
     cfg = ModelConfig(
         family=arch,
