@@ -62,7 +62,7 @@ class KVCache:
 @struct.dataclass
 class Output:
     logits: Float[Array, "B T V"] | None
-    hidden: Float[Array, "B T D"]
+    hidden: Float[Array, "B T D"] | None
     cache: KVCache | None = None
     readout: Float[Array, "B T D"] | None = None
     extra_logits: Float[Array, "B E V"] | None = None
@@ -211,70 +211,86 @@ def mlp(lp: dict, x: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
 class _Context:
     """Per-call masks and positions shared by every layer."""
 
-    positions: Int[Array, "B T"]
+    positions: Int[Array, "B T"] | None
     keys_valid: Bool[Array, "B S"]  # which key slots hold real tokens after this call
-    key_mask: Bool[Array, "B T S"]  # main queries -> main keys
-    extra_positions: Int[Array, "B E"] | None
-    extra_key_mask: Bool[Array, "B E S"] | None  # appended queries -> main keys
-    extra_self_mask: Bool[Array, "B E E"] | None  # appended queries -> appended keys
-    extra_seen_mask: Bool[Array, "B T E"] | None  # main queries -> appended keys in the cache
-    index: Int[Array, ""] | None  # cache write slot
+    key_mask: Bool[Array, "B T S"] | None  # main queries -> main keys
+    extra_positions: Int[Array, "B E"] | None = None
+    extra_key_mask: Bool[Array, "B E S"] | None = None  # appended queries -> main keys
+    extra_self_mask: Bool[Array, "B E E"] | None = None  # appended queries -> appended keys
+    extra_seen_mask: Bool[Array, "B T E"] | None = None  # main queries -> cached appended keys
+    index: Int[Array, ""] | None = None  # cache write slot
 
 
-def _context(cfg, tokens_mask, positions, cache, iv) -> _Context:
-    b, t = tokens_mask.shape
+def _context(tokens_mask, positions, cache, iv) -> _Context:
+    """Masks for this call. `tokens_mask` None: only appended slots run, against the cache."""
     if cache is None:
+        t = tokens_mask.shape[1]
         keys_valid, slot, q_slot = tokens_mask, jnp.arange(t), jnp.arange(t)
-        index = None
+    elif tokens_mask is None:
+        keys_valid = cache.mask
     else:
-        index = cache.index
-        keys_valid = jax.lax.dynamic_update_slice(cache.mask, tokens_mask, (0, index))
-        slot, q_slot = jnp.arange(keys_valid.shape[1]), index + jnp.arange(t)
-    key_mask = keys_valid[:, None, :] & (slot[None, None, :] <= q_slot[None, :, None])
-    ctx = _Context(positions, keys_valid, key_mask, None, None, None, None, index)
+        keys_valid = jax.lax.dynamic_update_slice(cache.mask, tokens_mask, (0, cache.index))
+        slot = jnp.arange(keys_valid.shape[1])
+        q_slot = cache.index + jnp.arange(tokens_mask.shape[1])
+    key_mask = None
+    if tokens_mask is not None:
+        key_mask = keys_valid[:, None, :] & (slot[None, None, :] <= q_slot[None, :, None])
+    ctx = _Context(positions, keys_valid, key_mask, index=None if cache is None else cache.index)
+    b, s = keys_valid.shape
     if iv is not None and iv.extra_embeds is not None:
         em = iv.extra_mask.astype(bool)
-        # Appended slots follow the last real token; a masked slot takes no position.
-        base = jnp.max(jnp.where(tokens_mask, positions, -1), axis=1, keepdims=True) + 1
         e = em.shape[1]
-        ctx = ctx.replace(
+        # Appended slots follow the row's real tokens; a masked slot takes no position.
+        base = jnp.sum(keys_valid, axis=1, keepdims=True)
+        return ctx.replace(
             extra_positions=base + jnp.cumsum(em, axis=1) - 1,
-            extra_key_mask=jnp.broadcast_to(keys_valid[:, None, :], (b, e, keys_valid.shape[1])),
+            extra_key_mask=jnp.broadcast_to(keys_valid[:, None, :], (b, e, s)),
             extra_self_mask=em[:, None, :] & jnp.tril(jnp.ones((e, e), bool))[None],
         )
-    elif cache is not None and cache.extra_mask is not None:
-        ctx = ctx.replace(
-            extra_seen_mask=jnp.broadcast_to(
-                cache.extra_mask[:, None, :], (b, t, cache.extra_mask.shape[1])
-            )
-        )
+    if cache is not None and cache.extra_mask is not None and tokens_mask is not None:
+        t, e = tokens_mask.shape[1], cache.extra_mask.shape[1]
+        ctx = ctx.replace(extra_seen_mask=jnp.broadcast_to(cache.extra_mask[:, None], (b, t, e)))
     return ctx
 
 
-def _layer(lp, cfg, x, xe, ctx: _Context, kv, extra_kv, inv_freq):
-    """One block on the main stream x and the appended stream xe (may be None).
+def _block(lp, cfg, x, positions, inv_freq, attend):
+    """Pre-norm attention + MLP on one stream.
 
-    Returns the new streams and the layer's new (k, v) and appended (k, v) for the cache.
+    `attend(q, k, v) -> (out, k, v)` attends with this stream's new keys and returns the
+    keys to keep (written into the cache, for the main stream).
     """
-    q, k, v = _project_qkv(
-        lp, cfg, rms_norm(x, lp["attn_norm"], cfg.norm_eps), ctx.positions, inv_freq
-    )
-    if kv is not None:
-        k = jax.lax.dynamic_update_slice(kv[0], k, (0, 0, ctx.index, 0))
-        v = jax.lax.dynamic_update_slice(kv[1], v, (0, 0, ctx.index, 0))
-    seen = None if ctx.extra_seen_mask is None else (*extra_kv, ctx.extra_seen_mask)
-    attn = attention(q, (k, v, ctx.key_mask), seen)
+    h = rms_norm(x, lp["attn_norm"], cfg.norm_eps)
+    q, k, v = _project_qkv(lp, cfg, h, positions, inv_freq)
+    attn, k, v = attend(q, k, v)
     x = x + jnp.einsum("bnth,nhd->btd", attn, lp["o"].astype(x.dtype))
-    x = x + mlp(lp, rms_norm(x, lp["mlp_norm"], cfg.norm_eps))
+    return x + mlp(lp, rms_norm(x, lp["mlp_norm"], cfg.norm_eps)), k, v
+
+
+def _layer(lp, cfg, x, xe, ctx: _Context, kv, extra_kv, inv_freq):
+    """One layer on the main stream x and the appended stream xe (either may be None).
+
+    Returns the new streams, the layer's main (k, v) and appended (k, v) for the cache.
+    """
+
+    def attend_main(q, k, v):
+        if kv is not None:
+            at = (0, 0, ctx.index, 0)
+            k = jax.lax.dynamic_update_slice(kv[0], k, at)
+            v = jax.lax.dynamic_update_slice(kv[1], v, at)
+        seen = None if ctx.extra_seen_mask is None else (*extra_kv, ctx.extra_seen_mask)
+        return attention(q, (k, v, ctx.key_mask), seen), k, v
+
+    def attend_extra(q, k, v):
+        # Appended slots see every real main key, and earlier appended slots.
+        return attention(q, (*kv, ctx.extra_key_mask), (k, v, ctx.extra_self_mask)), k, v
+
+    if x is not None:
+        x, k, v = _block(lp, cfg, x, ctx.positions, inv_freq, attend_main)
+        kv = (k, v)
     if xe is not None:
-        qe, ke, ve = _project_qkv(
-            lp, cfg, rms_norm(xe, lp["attn_norm"], cfg.norm_eps), ctx.extra_positions, inv_freq
-        )
-        attn_e = attention(qe, (k, v, ctx.extra_key_mask), (ke, ve, ctx.extra_self_mask))
-        xe = xe + jnp.einsum("bnth,nhd->btd", attn_e, lp["o"].astype(xe.dtype))
-        xe = xe + mlp(lp, rms_norm(xe, lp["mlp_norm"], cfg.norm_eps))
+        xe, ke, ve = _block(lp, cfg, xe, ctx.extra_positions, inv_freq, attend_extra)
         extra_kv = (ke, ve)
-    return x, xe, (k, v), extra_kv
+    return x, xe, kv, extra_kv
 
 
 def _steer(x, iv, layer):
@@ -286,43 +302,43 @@ def _steer(x, iv, layer):
 def hidden_states(
     params: dict,
     cfg: ModelConfig,
-    tokens: Int[Array, "B T"],
-    positions: Int[Array, "B T"],
-    mask: Bool[Array, "B T"],
+    tokens: Int[Array, "B T"] | None,
+    positions: Int[Array, "B T"] | None,
+    mask: Bool[Array, "B T"] | None,
     cache: KVCache | None = None,
     interventions: Interventions | None = None,
 ) -> Output:
-    """The decoder up to the final norm: hidden states, new cache, readout; no logits."""
+    """The decoder up to the final norm: hidden states, new cache, readout; no logits.
+
+    With `tokens` None only the appended slots run, against the cache: the sampler
+    prefills a prompt once per group and appends each row's slot afterwards.
+    """
     iv = interventions
-    mask = mask.astype(bool)
-    ctx = _context(cfg, mask, positions, cache, iv)
+    mask = None if mask is None else mask.astype(bool)
+    ctx = _context(mask, positions, cache, iv)
     inv_freq = rope_frequencies(cfg)
-    x = params["embed"][tokens].astype(cfg.jnp_dtype)
+    x = None if tokens is None else params["embed"][tokens].astype(cfg.jnp_dtype)
     xe = None if ctx.extra_positions is None else iv.extra_embeds.astype(cfg.jnp_dtype)
+    if xe is not None and cache is not None and cache.extra_k is None:
+        raise ValueError("appended embeddings need a cache made with n_extra > 0")
     new_k, new_v, new_ek, new_ev, readout = [], [], [], [], None
     for i, lp in enumerate(params["layers"]):
         kv = None if cache is None else (cache.k[i], cache.v[i])
         extra_kv = (
             None if cache is None or cache.extra_k is None else (cache.extra_k[i], cache.extra_v[i])
         )
-        x, xe, (k, v), extra_kv = _layer(lp, cfg, x, xe, ctx, kv, extra_kv, inv_freq)
+        x, xe, kv, extra_kv = _layer(lp, cfg, x, xe, ctx, kv, extra_kv, inv_freq)
         x, xe = _steer(x, iv, i), _steer(xe, iv, i)
         if iv is not None and iv.readout_layer == i:
             readout = x
-        new_k.append(k), new_v.append(v)
+        new_k.append(kv[0]), new_v.append(kv[1])
         if extra_kv is not None:
             new_ek.append(extra_kv[0]), new_ev.append(extra_kv[1])
     new_cache = None
     if cache is not None:
-        new_cache = cache.replace(
-            k=new_k,
-            v=new_v,
-            mask=ctx.keys_valid,
-            index=cache.index + tokens.shape[1],
-        )
+        steps = 0 if tokens is None else tokens.shape[1]
+        new_cache = cache.replace(k=new_k, v=new_v, mask=ctx.keys_valid, index=cache.index + steps)
         if xe is not None:
-            if cache.extra_k is None:
-                raise ValueError("appended embeddings need a cache made with n_extra > 0")
             new_cache = new_cache.replace(
                 extra_k=new_ek, extra_v=new_ev, extra_mask=iv.extra_mask.astype(bool)
             )
@@ -352,8 +368,8 @@ def forward(
 ) -> Output:
     """Logits [B, T, V] (float32), new cache, readout and appended-slot logits."""
     out = hidden_states(params, cfg, tokens, positions, mask, cache, interventions)
-    extra = None if out.extra_hidden is None else lm_logits(params, cfg, out.extra_hidden)
-    return out.replace(logits=lm_logits(params, cfg, out.hidden), extra_logits=extra)
+    logits = lambda h: None if h is None else lm_logits(params, cfg, h)  # noqa: E731
+    return out.replace(logits=logits(out.hidden), extra_logits=logits(out.extra_hidden))
 
 
 def positions_from_mask(mask: Bool[Array, "B T"]) -> Int[Array, "B T"]:
