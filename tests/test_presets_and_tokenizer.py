@@ -101,9 +101,12 @@ def test_left_pad_and_positions():
     from explore_rl.models.transformer import positions_from_mask
     from explore_rl.sampling.sampler import left_pad
 
-    tokens, mask = left_pad([[5, 6, 7], [8]], pad_id=2)
+    tokens, mask = left_pad([[5, 6, 7], [8]], pad_id=2, length=3)
     np.testing.assert_array_equal(tokens, [[5, 6, 7], [2, 2, 8]])
     np.testing.assert_array_equal(positions_from_mask(mask), [[0, 1, 2], [0, 0, 0]])
     with pytest.raises(ValueError, match="4 tokens, more than the limit 3"):
         left_pad([[1, 2, 3, 4]], 0, length=3)
     assert jnp.sum(mask) == 4
+    assert left_pad([[1] * 46], 0)[0].shape == (1, 48)  # bucketed by default
+    with pytest.raises(ValueError, match="at least one token"):
+        left_pad([[1], []], 0)

@@ -1,107 +1,355 @@
-"""Prefill + KV-cache decode in one jitted `lax.while_loop`.
+"""Rollouts: group-shared prefill + KV-cache decode in one jitted `lax.while_loop`.
 
-Prompts are left-padded to a static length P; the cache holds P + T_new slots and every
-row writes slot P + t at step t, so shapes never change. Positions come from the prompt
-mask, so left padding costs no position. A row stops at its first stop id (the stop token
-is part of the response and its mask); decoding ends when every row stopped or after
-`max_new_tokens`.
+Prompts are left-padded to a bucketed length L. The Q distinct prompts (one per prompt and
+steering route) are prefilled once; each of the B decode rows takes its prompt's cache by
+`source[b]`, so a group of G rollouts costs one prefill, not G. Appended embeddings (EDEN)
+come after the shared prompt and are run per row. Then every row writes slot L + t at step
+t: shapes never change. Positions come from the masks, so padding and masked slots take
+no position.
 
-    gen = greedy(params, cfg, tokens, mask, max_new_tokens=32, stop_ids=tok.stop_ids)
-    texts = [tok.decode(t[m]) for t, m in zip(gen.tokens, gen.mask)]
+Each sampled token records mu, its log-prob under the distribution it was drawn from:
+temperature tau[b, t] (a traced [B, T] table: a new schedule does not recompile), then
+top-k, then top-p on the renormalised top-k set (transformers' order), renormalised.
+tau = 0 is greedy (mu = 0). Sampling is inverse-CDF with one uniform per row and step:
+exact up to float32 rounding of the cumulative sum, and no noise for the whole vocabulary.
+
+    rollout = sample(params, cfg, prompts, prompt_mask, source, rng, temperature,
+                     SamplingConfig(max_new_tokens=512, top_p=1.0, stop_ids=tok.stop_ids))
+
+Dimension letters: Q prefill rows, B decode rows, L prompt length, T new tokens, E
+appended slots, V vocab, D model.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
-from jaxtyping import Array, Bool, Int
+from jaxtyping import Array, Bool, Float, Int
 
 from explore_rl.models import transformer
 from explore_rl.models.presets import ModelConfig
+from explore_rl.models.transformer import Interventions
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    """Static sampling settings (changing one recompiles; the temperature table does not)."""
+
+    max_new_tokens: int
+    top_p: float = 1.0
+    top_k: int = 0  # 0: no top-k
+    stop_ids: tuple[int, ...] = ()  # empty: always generate max_new_tokens
+
+    def __post_init__(self):
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p={self.top_p}: must be in (0, 1]")
+        if self.top_k < 0 or self.max_new_tokens < 1:
+            raise ValueError(
+                f"top_k={self.top_k} must be >= 0 and max_new_tokens={self.max_new_tokens} >= 1"
+            )
+
+    @property
+    def truncates(self) -> bool:
+        return self.top_p < 1.0 or self.top_k > 0
 
 
 @struct.dataclass
-class Generation:
+class Rollout:
     tokens: Int[Array, "B T"]
     mask: Bool[Array, "B T"]  # real response tokens, the stop token included
-    finished: Bool[Array, " B"]  # stopped on a stop id (False: ran out of length)
+    logprobs: Float[Array, "B T"]  # mu: log-prob under the distribution really sampled
+    entropy: Float[Array, "B T"]  # entropy of the temperature-1 distribution
+    sampling_entropy: Float[Array, "B T"]  # entropy of the distribution really sampled
+    finished: Bool[Array, " B"]  # stopped on a stop id (False: hit max_new_tokens)
+    # Block `readout_layer`'s output at each response token's position (the last token
+    # generated is never fed back, so its entry stays zero).
+    readout: Float[Array, "B T D"] | None = None
+
+    @property
+    def lengths(self) -> Int[Array, " B"]:
+        return jnp.sum(self.mask, axis=1)
 
 
 @struct.dataclass
-class _DecodeState:
-    step: Int[Array, ""]
-    cache: transformer.KVCache
-    last: Int[Array, " B"]
-    position: Int[Array, " B"]
-    done: Bool[Array, " B"]
-    tokens: Int[Array, "B T"]
-    mask: Bool[Array, "B T"]
+class _Choice:
+    token: Int[Array, " B"]
+    logprob: Float[Array, " B"]
+    entropy: Float[Array, " B"]
+    sampling_entropy: Float[Array, " B"]
 
 
-def _record(state: _DecodeState, token, stop_ids) -> _DecodeState:
-    live = ~state.done
-    token = jnp.where(live, token, 0)
-    stopped = jnp.isin(token, jnp.asarray(stop_ids, jnp.int32)) & live
-    return state.replace(
-        last=token,
-        tokens=state.tokens.at[:, state.step].set(token),
-        mask=state.mask.at[:, state.step].set(live),
-        done=state.done | stopped,
+def _entropy(logp: Float[Array, "B V"]) -> Float[Array, " B"]:
+    return -jnp.sum(jnp.where(logp > -jnp.inf, jnp.exp(logp) * logp, 0.0), axis=-1)
+
+
+def _inverse_cdf(weights: Float[Array, "B V"], u: Float[Array, " B"]) -> Int[Array, " B"]:
+    """Index i with cdf[i-1] <= u * total < cdf[i]: draws i with probability w_i / total."""
+    cdf = jnp.cumsum(weights, axis=-1)
+    below = jnp.sum(cdf <= (u * cdf[:, -1])[:, None], axis=-1)
+    return jnp.minimum(below, weights.shape[-1] - 1)
+
+
+def _truncated(scaled: Float[Array, "B V"], u, top_p: float, top_k: int):
+    """Sample from softmax(scaled) restricted to top-k, then top-p of the renormalised rest."""
+    order = jnp.argsort(-scaled, axis=-1, stable=True)
+    logp = jax.nn.log_softmax(jnp.take_along_axis(scaled, order, axis=-1), axis=-1)
+    p = jnp.exp(logp)
+    rank = jnp.arange(p.shape[-1])
+    keep = rank < top_k if top_k > 0 else jnp.ones_like(p, bool)
+    p_k = jnp.where(keep, p, 0.0)
+    p_k = p_k / jnp.sum(p_k, axis=-1, keepdims=True)
+    keep &= (jnp.cumsum(p_k, axis=-1) - p_k) < top_p  # the token crossing top_p stays
+    kept = jnp.where(keep, p, 0.0)
+    log_z = jnp.log(jnp.sum(kept, axis=-1))
+    j = _inverse_cdf(kept, u)
+    q_logp = jnp.where(keep, logp - log_z[:, None], -jnp.inf)
+    token = jnp.take_along_axis(order, j[:, None], axis=-1)[:, 0]
+    return token, jnp.take_along_axis(q_logp, j[:, None], axis=-1)[:, 0], _entropy(q_logp)
+
+
+def choose(
+    logits: Float[Array, "B V"],
+    tau: Float[Array, " B"],
+    u: Float[Array, " B"],
+    config: SamplingConfig,
+) -> _Choice:
+    """One token per row at temperature tau (0: greedy), with its exact log-prob mu."""
+    logits = logits.astype(jnp.float32)
+    greedy = tau <= 0.0
+    scaled = logits / jnp.where(greedy, 1.0, tau)[:, None]
+    if config.truncates:
+        token, mu, ent = _truncated(scaled, u, config.top_p, config.top_k)
+    else:
+        logp = jax.nn.log_softmax(scaled, axis=-1)
+        token = _inverse_cdf(jnp.exp(logp), u)
+        mu, ent = jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0], _entropy(logp)
+    best = jnp.argmax(logits, axis=-1)
+    return _Choice(
+        token=jnp.where(greedy, best, token).astype(jnp.int32),
+        logprob=jnp.where(greedy, 0.0, mu),
+        entropy=_entropy(jax.nn.log_softmax(logits, axis=-1)),
+        sampling_entropy=jnp.where(greedy, 0.0, ent),
     )
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "stop_ids"))
+@struct.dataclass
+class _State:
+    step: Int[Array, ""]
+    cache: transformer.KVCache
+    position: Int[Array, " B"]  # RoPE position of the next token
+    done: Bool[Array, " B"]
+    out: Rollout
+
+
+def _record(state: _State, choice: _Choice, stop_ids) -> _State:
+    live, t = ~state.done, state.step
+    token = jnp.where(live, choice.token, 0)
+    o = state.out
+    o = o.replace(
+        tokens=o.tokens.at[:, t].set(token),
+        mask=o.mask.at[:, t].set(live),
+        logprobs=o.logprobs.at[:, t].set(jnp.where(live, choice.logprob, 0.0)),
+        entropy=o.entropy.at[:, t].set(jnp.where(live, choice.entropy, 0.0)),
+        sampling_entropy=o.sampling_entropy.at[:, t].set(
+            jnp.where(live, choice.sampling_entropy, 0.0)
+        ),
+    )
+    stopped = live & jnp.isin(token, jnp.asarray(stop_ids, jnp.int32))
+    return state.replace(done=state.done | stopped, out=o)
+
+
+def _rows(iv: Interventions | None, index) -> Interventions | None:
+    """The interventions of rows `index` (steering only: slots are appended per row)."""
+    if iv is None:
+        return None
+    steer = None if iv.steer is None else iv.steer[index]
+    return Interventions(steer=steer, steer_layer=iv.steer_layer, readout_layer=iv.readout_layer)
+
+
+def _prefill(params, cfg, prompts, prompt_mask, source, iv, n_new: int):
+    """Prefill the Q distinct prompts once; give each decode row its prompt's cache.
+
+    Returns the B-row cache (with room for n_new tokens and any appended slots), the last
+    hidden state per row, and the number of positions each row's prompt (+ slots) takes.
+    """
+    q, length = prompts.shape
+    b = source.shape[0]
+    # A prefill row's steering is that of any row decoding from it (one route per row).
+    first_row = jnp.argmax(source[None, :] == jnp.arange(q)[:, None], axis=1)
+    pre = transformer.hidden_states(
+        params,
+        cfg,
+        prompts,
+        transformer.positions_from_mask(prompt_mask),
+        prompt_mask,
+        transformer.init_cache(cfg, q, length),
+        _rows(iv, first_row),
+    )
+    n_extra = 0 if iv is None or iv.extra_embeds is None else iv.extra_embeds.shape[1]
+    cache = transformer.init_cache(cfg, b, length + n_new, n_extra)
+    grow = lambda new, c: new.at[:, :, :length].set(c[source])  # noqa: E731
+    cache = cache.replace(
+        k=[grow(n, c) for n, c in zip(cache.k, pre.cache.k)],
+        v=[grow(n, c) for n, c in zip(cache.v, pre.cache.v)],
+        mask=cache.mask.at[:, :length].set(prompt_mask[source]),
+        index=jnp.asarray(length, jnp.int32),
+    )
+    last = pre.hidden[:, -1][source]
+    used = jnp.sum(prompt_mask, axis=1)[source].astype(jnp.int32)
+    if n_extra:
+        slots = transformer.hidden_states(
+            params,
+            cfg,
+            None,
+            None,
+            None,
+            cache,
+            _rows(iv, slice(None)).replace(extra_embeds=iv.extra_embeds, extra_mask=iv.extra_mask),
+        )
+        em = iv.extra_mask.astype(bool)
+        final = jnp.max(jnp.where(em, jnp.arange(n_extra), 0), axis=1)
+        slot_last = jnp.take_along_axis(slots.extra_hidden, final[:, None, None], axis=1)[:, 0]
+        last = jnp.where(jnp.any(em, axis=1)[:, None], slot_last, last)
+        cache, used = slots.cache, used + jnp.sum(em, axis=1).astype(jnp.int32)
+    return cache, last, used
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "config"))
+def sample(
+    params: dict,
+    cfg: ModelConfig,
+    prompts: Int[Array, "Q L"],
+    prompt_mask: Bool[Array, "Q L"],
+    source: Int[Array, " B"],
+    rng: jax.Array,
+    temperature: Float[Array, "B T"],
+    config: SamplingConfig,
+    interventions: Interventions | None = None,
+) -> Rollout:
+    """Sample `config.max_new_tokens` tokens for each row b from prompt `source[b]`.
+
+    `interventions` are per decode row: appended slots [B, E, D] with their mask, a
+    steering vector [B, D] (rows sharing a prompt must share it: give them one source per
+    route), and `readout_layer` to record that block's output at every response token.
+    """
+    b, n_new = temperature.shape
+    if n_new != config.max_new_tokens:
+        raise ValueError(
+            f"temperature table has {n_new} positions, max_new_tokens is {config.max_new_tokens}"
+        )
+    prompt_mask = prompt_mask.astype(bool)
+    cache, last, position = _prefill(
+        params, cfg, prompts, prompt_mask, source, interventions, n_new
+    )
+    uniforms = jax.random.uniform(rng, (n_new, b))
+    readout = interventions is not None and interventions.readout_layer is not None
+    empty = jnp.zeros((b, n_new), jnp.float32)
+    state = _State(
+        step=jnp.zeros((), jnp.int32),
+        cache=cache,
+        position=position,
+        done=jnp.zeros((b,), bool),
+        out=Rollout(
+            tokens=jnp.zeros((b, n_new), jnp.int32),
+            mask=jnp.zeros((b, n_new), bool),
+            logprobs=empty,
+            entropy=empty,
+            sampling_entropy=empty,
+            finished=jnp.zeros((b,), bool),
+            readout=jnp.zeros((b, n_new, cfg.d_model), cfg.jnp_dtype) if readout else None,
+        ),
+    )
+    first = choose(transformer.lm_logits(params, cfg, last), temperature[:, 0], uniforms[0], config)
+    state = _record(state, first, config.stop_ids)
+    steer = _rows(interventions, slice(None))
+
+    def cond(s: _State):
+        return (s.step + 1 < n_new) & ~jnp.all(s.done)
+
+    def body(s: _State):
+        live = s.out.mask[:, s.step]
+        o = transformer.hidden_states(
+            params,
+            cfg,
+            s.out.tokens[:, s.step, None],
+            s.position[:, None],
+            live[:, None],
+            s.cache,
+            steer,
+        )
+        t = s.step + 1
+        c = choose(
+            transformer.lm_logits(params, cfg, o.hidden[:, 0]),
+            temperature[:, t],
+            uniforms[t],
+            config,
+        )
+        if o.readout is not None:  # block output at the position of response token t - 1
+            readout = s.out.readout.at[:, s.step].set(o.readout[:, 0])
+            s = s.replace(out=s.out.replace(readout=readout))
+        s = s.replace(step=t, cache=o.cache, position=s.position + 1)
+        return _record(s, c, config.stop_ids)
+
+    state = jax.lax.while_loop(cond, body, state)
+    return state.out.replace(finished=state.done)
+
+
 def greedy(
     params: dict,
     cfg: ModelConfig,
-    tokens: Int[Array, "B P"],
-    mask: Bool[Array, "B P"],
+    tokens: Int[Array, "B L"],
+    mask: Bool[Array, "B L"],
     max_new_tokens: int,
-    stop_ids: tuple[int, ...],
-) -> Generation:
-    """Greedy continuation of left-padded prompts."""
-    b, p = tokens.shape
-    mask = mask.astype(bool)
-    cache = transformer.init_cache(cfg, b, p + max_new_tokens)
-    positions = transformer.positions_from_mask(mask)
-    out = transformer.hidden_states(params, cfg, tokens, positions, mask, cache)
-    first = jnp.argmax(transformer.lm_logits(params, cfg, out.hidden[:, -1]), axis=-1)
-    state = _DecodeState(
-        step=jnp.zeros((), jnp.int32),
-        cache=out.cache,
-        last=first,
-        position=jnp.sum(mask, axis=1).astype(jnp.int32),
-        done=jnp.zeros((b,), bool),
-        tokens=jnp.zeros((b, max_new_tokens), jnp.int32),
-        mask=jnp.zeros((b, max_new_tokens), bool),
+    stop_ids: tuple[int, ...] = (),
+) -> Rollout:
+    """Greedy continuation of each left-padded prompt (temperature 0)."""
+    b = tokens.shape[0]
+    return sample(
+        params,
+        cfg,
+        tokens,
+        mask,
+        jnp.arange(b),
+        jax.random.key(0),
+        jnp.zeros((b, max_new_tokens)),
+        SamplingConfig(max_new_tokens, stop_ids=stop_ids),
     )
-    state = _record(state, first, stop_ids)
 
-    def cond(s: _DecodeState):
-        return (s.step + 1 < max_new_tokens) & ~jnp.all(s.done)
 
-    def body(s: _DecodeState):
-        live = s.mask[:, s.step]
-        o = transformer.hidden_states(
-            params, cfg, s.last[:, None], s.position[:, None], live[:, None], s.cache
-        )
-        nxt = jnp.argmax(transformer.lm_logits(params, cfg, o.hidden[:, 0]), axis=-1)
-        s = s.replace(step=s.step + 1, cache=o.cache, position=s.position + 1)
-        return _record(s, nxt, stop_ids)
+# Prompt lengths are padded up to one of these, so a new batch rarely recompiles.
+_BUCKETS = tuple(sorted({m * 2**e for e in range(4, 16) for m in (2, 3)} | {16}))
 
-    state = jax.lax.while_loop(cond, body, state)
-    return Generation(tokens=state.tokens, mask=state.mask, finished=state.done)
+
+def bucket(length: int) -> int:
+    """The smallest bucket >= length (16, 32, 48, 64, 96, 128, 192, 256, ...)."""
+    for size in _BUCKETS:
+        if size >= length:
+            return size
+    raise ValueError(f"prompt length {length} exceeds the largest bucket {_BUCKETS[-1]}")
 
 
 def left_pad(rows: list[list[int]], pad_id: int, length: int | None = None):
-    """Token lists -> (tokens [B, P], mask [B, P]) left-padded to `length` (default: longest)."""
+    """Token lists -> (tokens [B, L], mask [B, L]) left-padded to `length` (default: the
+    bucket of the longest row)."""
+    if not rows or min(map(len, rows)) == 0:
+        raise ValueError("every prompt needs at least one token")
     longest = max(map(len, rows))
-    length = length or longest
+    length = length or bucket(longest)
     if longest > length:
         raise ValueError(f"a prompt has {longest} tokens, more than the limit {length}")
-    tokens = [[pad_id] * (length - len(r)) + list(r) for r in rows]
-    mask = [[False] * (length - len(r)) + [True] * len(r) for r in rows]
-    return jnp.asarray(tokens, jnp.int32), jnp.asarray(mask, bool)
+    tokens = np.full((len(rows), length), pad_id, np.int32)
+    mask = np.zeros((len(rows), length), bool)
+    for i, r in enumerate(rows):
+        tokens[i, length - len(r) :] = r
+        mask[i, length - len(r) :] = True
+    return jnp.asarray(tokens), jnp.asarray(mask)
+
+
+def group_sources(num_prompts: int, group_size: int) -> Int[Array, " B"]:
+    """`source` for G consecutive rows per prompt: [0]*G + [1]*G + ..."""
+    return jnp.repeat(jnp.arange(num_prompts, dtype=jnp.int32), group_size)

@@ -1,0 +1,228 @@
+"""The sampler: exact behaviour log-probs, sampling distribution, interventions, sharing."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.stats
+from conftest import left_padded_batch
+
+from explore_rl.models import presets, transformer
+from explore_rl.models.transformer import Interventions
+from explore_rl.sampling import schedules
+from explore_rl.sampling.sampler import SamplingConfig, greedy, group_sources, sample
+
+jax.config.update("jax_default_matmul_precision", "highest")
+
+Q, G, T = 3, 4, 8
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    cfg = presets.get_preset("tiny-qwen2")
+    params = transformer.init_params(cfg, jax.random.key(1), scale=0.4)
+    tokens, mask = left_padded_batch(np.random.default_rng(3), [7, 3, 5], 64, 8)
+    return params, cfg, jnp.asarray(tokens), jnp.asarray(mask)
+
+
+def response_logits(params, cfg, prompt, pmask, tokens, rmask):
+    """Logits that predict each response token, from one full forward per row (no cache)."""
+    out = []
+    for p, pm, r, rm in zip(*map(np.asarray, (prompt, pmask, tokens, rmask))):
+        seq = np.concatenate([p[pm], r[rm]])
+        x = jnp.asarray(seq)[None]
+        logits = transformer.forward(params, cfg, x, jnp.arange(len(seq))[None],
+                                     jnp.ones_like(x, bool)).logits[0]
+        n = int(pm.sum())
+        row = np.zeros((r.shape[0], cfg.vocab_size), np.float32)
+        row[: rm.sum()] = np.asarray(logits[n - 1: n - 1 + rm.sum()])
+        out.append(row)
+    return np.stack(out)
+
+
+def log_softmax(z):
+    z = z - z.max(-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+def test_mu_equals_full_forward_logprob_at_temperature_one(tiny):
+    params, cfg, prompts, pmask = tiny
+    src = group_sources(Q, G)
+    r = sample(params, cfg, prompts, pmask, src, jax.random.key(0), jnp.ones((Q * G, T)),
+               SamplingConfig(T, stop_ids=(5, 9)))
+    logits = response_logits(params, cfg, prompts[src], pmask[src], r.tokens, r.mask)
+    logp = log_softmax(logits)
+    m = np.asarray(r.mask)
+    ref = np.take_along_axis(logp, np.asarray(r.tokens)[..., None], -1)[..., 0]
+    assert np.abs(np.asarray(r.logprobs) - ref)[m].max() < 1e-4
+    ent = -(np.exp(logp) * logp).sum(-1)
+    np.testing.assert_allclose(np.asarray(r.entropy)[m], ent[m], atol=1e-4)
+    np.testing.assert_allclose(np.asarray(r.sampling_entropy)[m], ent[m], atol=1e-4)
+    # stop ids end a row, and the stop token is its last real token
+    lengths = m.sum(1)
+    for b in range(Q * G):
+        toks = np.asarray(r.tokens[b])[: lengths[b]]
+        assert bool(r.finished[b]) == (toks[-1] in (5, 9))
+        assert not set(toks[:-1]) & {5, 9}
+
+
+def reference_truncated_logprob(logits, tau, top_p, top_k):
+    """log q of every token: temperature, then top-k, then top-p of the renormalised rest."""
+    z = logits / tau
+    order = np.argsort(-z, kind="stable")
+    p = np.exp(log_softmax(z))[order]
+    keep = np.ones_like(p, bool) if top_k == 0 else np.arange(len(p)) < top_k
+    pk = np.where(keep, p, 0) / np.where(keep, p, 0).sum()
+    keep &= np.cumsum(pk) - pk < top_p
+    q = np.full(len(p), -np.inf)
+    q[order[keep]] = np.log(p[keep] / p[keep].sum())
+    return q
+
+
+@pytest.mark.parametrize("top_p,top_k", [(0.8, 0), (0.9, 6), (1.0, 4)])
+def test_mu_under_temperature_table_and_truncation(tiny, top_p, top_k):
+    params, cfg, prompts, pmask = tiny
+    src = group_sources(Q, G)
+    tau = jax.random.uniform(jax.random.key(4), (Q * G, T), minval=0.3, maxval=1.6)
+    r = sample(params, cfg, prompts, pmask, src, jax.random.key(5), tau,
+               SamplingConfig(T, top_p=top_p, top_k=top_k))
+    logits = response_logits(params, cfg, prompts[src], pmask[src], r.tokens, r.mask)
+    tau, toks = np.asarray(tau), np.asarray(r.tokens)
+    worst = 0.0
+    for b in range(Q * G):
+        for t in range(T):
+            q = reference_truncated_logprob(logits[b, t], tau[b, t], top_p, top_k)
+            assert np.isfinite(q[toks[b, t]])  # the token came from the kept set
+            worst = max(worst, abs(q[toks[b, t]] - float(r.logprobs[b, t])))
+            qf = q[np.isfinite(q)]
+            assert abs(-(np.exp(qf) * qf).sum() - float(r.sampling_entropy[b, t])) < 1e-4
+    assert worst < 1e-4, worst
+
+
+@pytest.mark.parametrize("tau,top_p", [(0.8, 1.0), (1.3, 0.7)])
+def test_token_frequencies_match_softmax(tiny, tau, top_p):
+    params, cfg, prompts, pmask = tiny
+    n = 20000
+    r = sample(params, cfg, prompts[:1], pmask[:1], jnp.zeros(n, jnp.int32), jax.random.key(7),
+               jnp.full((n, 1), tau), SamplingConfig(1, top_p=top_p))
+    counts = np.bincount(np.asarray(r.tokens[:, 0]), minlength=cfg.vocab_size)
+    logits = transformer.forward(params, cfg, prompts[:1], transformer.positions_from_mask(
+        pmask[:1]), pmask[:1]).logits[0, -1]
+    expected = n * np.exp(reference_truncated_logprob(np.asarray(logits), tau, top_p, 0))
+    assert counts[expected == 0].sum() == 0  # nothing from outside the top-p set
+    big = expected >= 5  # pool the rare tokens into one bin
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    obs, exp = obs[exp > 0], exp[exp > 0]
+    assert big.sum() >= 5  # a real test: several categories
+    assert scipy.stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue > 1e-3
+
+
+def test_masked_slot_and_zero_steering_sample_the_same_tokens(tiny):
+    params, cfg, prompts, pmask = tiny
+    src, b = group_sources(Q, G), Q * G
+    tau = jnp.ones((b, T))
+    sc = SamplingConfig(T)
+    plain = sample(params, cfg, prompts, pmask, src, jax.random.key(9), tau, sc)
+    slot_mask = (jnp.arange(b) % G == 0)[:, None]  # one noisy row per group
+    embeds = 3.0 * jax.random.normal(jax.random.key(10), (b, 1, cfg.d_model))
+    noisy = sample(params, cfg, prompts, pmask, src, jax.random.key(9), tau, sc,
+                   Interventions(extra_embeds=embeds, extra_mask=slot_mask))
+    clean = ~np.asarray(slot_mask[:, 0])
+    np.testing.assert_array_equal(np.asarray(noisy.tokens)[clean], np.asarray(plain.tokens)[clean])
+    np.testing.assert_array_equal(np.asarray(noisy.logprobs)[clean],
+                                  np.asarray(plain.logprobs)[clean])
+    assert (np.asarray(noisy.tokens)[~clean] != np.asarray(plain.tokens)[~clean]).any()
+    zero = sample(params, cfg, prompts, pmask, src, jax.random.key(9), tau, sc,
+                  Interventions(steer=jnp.zeros((b, cfg.d_model)), steer_layer=0))
+    np.testing.assert_array_equal(np.asarray(zero.tokens), np.asarray(plain.tokens))
+    np.testing.assert_array_equal(np.asarray(zero.logprobs), np.asarray(plain.logprobs))
+
+
+def test_appended_slot_logprobs_match_inserted_embedding(tiny):
+    """mu of a noisy row is the log-prob with the slot as an extra input position."""
+    params, cfg, prompts, pmask = tiny
+    slot = jnp.array([[11], [40], [23]])
+    r = sample(params, cfg, prompts, pmask, jnp.arange(Q), jax.random.key(2), jnp.ones((Q, T)),
+               SamplingConfig(T), Interventions(extra_embeds=params["embed"][slot],
+                                                extra_mask=jnp.ones((Q, 1), bool)))
+    inserted = jnp.concatenate([prompts, slot], 1)
+    imask = jnp.concatenate([pmask, jnp.ones((Q, 1), bool)], 1)
+    logits = response_logits(params, cfg, inserted, imask, r.tokens, r.mask)
+    ref = np.take_along_axis(log_softmax(logits), np.asarray(r.tokens)[..., None], -1)[..., 0]
+    assert np.abs(np.asarray(r.logprobs) - ref)[np.asarray(r.mask)].max() < 1e-4
+
+
+def test_changing_the_temperature_table_does_not_recompile(tiny):
+    params, cfg, prompts, pmask = tiny
+    src, sc = group_sources(Q, G), SamplingConfig(T)
+    before = sample._cache_size()
+    for step in range(3):
+        tau = schedules.table(batch=Q * G, per_position=schedules.ead(T, step, c=2))
+        sample(params, cfg, prompts, pmask, src, jax.random.key(step), tau, sc)
+    sample(params, cfg, prompts, pmask, src, jax.random.key(0), jnp.full((Q * G, T), 0.5), sc)
+    assert sample._cache_size() - before <= 1
+
+
+@pytest.mark.parametrize("top_p,top_k", [(1.0, 1), (1e-6, 0)])
+def test_top_k_one_and_tiny_top_p_are_greedy(tiny, top_p, top_k):
+    params, cfg, prompts, pmask = tiny
+    g = greedy(params, cfg, prompts, pmask, T)
+    r = sample(params, cfg, prompts, pmask, jnp.arange(Q), jax.random.key(3),
+               jnp.full((Q, T), 1.4), SamplingConfig(T, top_p=top_p, top_k=top_k))
+    np.testing.assert_array_equal(np.asarray(r.tokens), np.asarray(g.tokens))
+    np.testing.assert_allclose(np.asarray(r.logprobs), 0.0, atol=1e-6)  # one kept token
+
+
+def test_group_shared_prefill_equals_per_row_prefill(tiny):
+    params, cfg, prompts, pmask = tiny
+    src, b = group_sources(Q, G), Q * G
+    tau, sc = jnp.full((b, T), 1.1), SamplingConfig(T)
+    shared = sample(params, cfg, prompts, pmask, src, jax.random.key(1), tau, sc)
+    own = sample(params, cfg, prompts[src], pmask[src], jnp.arange(b), jax.random.key(1), tau, sc)
+    np.testing.assert_array_equal(np.asarray(shared.tokens), np.asarray(own.tokens))
+    np.testing.assert_allclose(np.asarray(shared.logprobs), np.asarray(own.logprobs), atol=1e-5)
+
+
+def test_steering_routes_share_prefill_per_route(tiny):
+    """Rows on two routes of one prompt: one prefill per (prompt, route)."""
+    params, cfg, prompts, pmask = tiny
+    b = Q * G
+    route = np.arange(b) % 2  # route 0 clean, route 1 steered
+    bank = jnp.stack([jnp.zeros(cfg.d_model), 2.0 * jax.random.normal(jax.random.key(2),
+                                                                        (cfg.d_model,))])
+    iv = Interventions(steer=bank[route], steer_layer=0)
+    prompt_of = np.repeat(np.arange(Q), G)
+    pairs = prompt_of * 2 + route  # prefill row of (prompt, route)
+    pre = np.repeat(np.arange(Q), 2)  # prefill row q holds prompt q // 2
+    tau, sc = jnp.ones((b, T)), SamplingConfig(T)
+    shared = sample(params, cfg, prompts[pre], pmask[pre], jnp.asarray(pairs), jax.random.key(4),
+                    tau, sc, iv)
+    own = sample(params, cfg, prompts[prompt_of], pmask[prompt_of], jnp.arange(b),
+                 jax.random.key(4), tau, sc, iv)
+    np.testing.assert_array_equal(np.asarray(shared.tokens), np.asarray(own.tokens))
+    clean = sample(params, cfg, prompts, pmask, jnp.asarray(prompt_of), jax.random.key(4), tau, sc)
+    assert (np.asarray(shared.tokens)[route == 1] != np.asarray(clean.tokens)[route == 1]).any()
+
+
+def test_readout_matches_full_forward(tiny):
+    params, cfg, prompts, pmask = tiny
+    r = sample(params, cfg, prompts, pmask, jnp.arange(Q), jax.random.key(6), jnp.ones((Q, T)),
+               SamplingConfig(T), Interventions(readout_layer=1))
+    for b in range(Q):
+        n = int(pmask[b].sum())
+        seq = jnp.concatenate([prompts[b][pmask[b]], r.tokens[b]])[None]
+        ref = transformer.forward(params, cfg, seq, jnp.arange(seq.shape[1])[None],
+                                  jnp.ones_like(seq, bool), None,
+                                  Interventions(readout_layer=1)).readout[0]
+        np.testing.assert_allclose(np.asarray(r.readout[b, : T - 1]),
+                                   np.asarray(ref[n: n + T - 1]), rtol=1e-4, atol=1e-4)
+
+
+def test_bad_sampling_arguments(tiny):
+    params, cfg, prompts, pmask = tiny
+    with pytest.raises(ValueError, match="top_p=0"):
+        SamplingConfig(4, top_p=0.0)
+    with pytest.raises(ValueError, match="temperature table has 3 positions"):
+        sample(params, cfg, prompts, pmask, jnp.arange(Q), jax.random.key(0), jnp.ones((Q, 3)),
+               SamplingConfig(4))
