@@ -23,8 +23,14 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.task.ops = "+"  # arithmetic: operators drawn from, any of "+-*"
     c.task.instruction = ""  # text appended to each question in the user turn
 
-    c.sample = ConfigDict()
-    c.sample.num_prompts = 8  # --mode sample: questions from the test split
+    c.sample = ConfigDict()  # --mode sample
+    c.sample.prompt_file = ""  # text (one prompt a line) or JSONL; "" = the task's test split
+    c.sample.prompt_field = "question"  # JSONL field holding the prompt
+    c.sample.num_prompts = 8  # prompts taken from the file or task
+    c.sample.samples_per_prompt = 1  # rollouts per prompt (one shared prefill each)
+    c.sample.temperature = 0.0  # 0 = greedy
+    c.sample.top_p = 1.0  # nucleus mass kept, in (0, 1]
+    c.sample.top_k = 0  # most likely tokens kept; 0 = all
     c.sample.max_new_tokens = 48  # response length limit
     return c
 

@@ -1,19 +1,27 @@
 """Benchmarks, each reported as a fraction of a limit measured in the same run.
 
     python -m explore_rl.bench forward [--batch 64] [--length 128] [--dtype float32]
+    python -m explore_rl.bench sample [--no-peer]
 
 `forward`: tokens/s of the jitted forward (logits included) of the embedded model at
 batch x length tokens, and its achieved FLOP/s as a fraction of the FLOP/s of a large
 jitted matmul in the same dtype (the machine's compute limit). FLOPs are counted as
 2 x matmul params x tokens (the LM head included, an untied input embedding not) plus
 causal attention (4 x layers x heads x head_dim x T^2 / 2 per row).
+
+`sample`: the peer workload of ../shared/peers (8 chat prompts "What is A + B? Answer with
+just the number." x 8 rollouts, 32 new tokens forced, temperature 1): generated tokens/s,
+prefill and decode seconds, FLOP/s as a fraction of the matmul peak, and the same work
+through transformers' `generate` on PyTorch CPU (needs the dev extras) in the same run.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import random
 import statistics
 import time
 
@@ -22,11 +30,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from explore_rl.models import transformer, weights
+from explore_rl.sampling import sampler
 
 
 def _time(fn, *args, reps: int) -> float:
     """Median seconds of `fn(*args)` after one warm-up (compile) call."""
-    jax.block_until_ready(fn(*args))
+    jax.block_until_ready(fn(*args))  # torch tensors pass through unchanged
     times = []
     for _ in range(reps):
         start = time.perf_counter()
@@ -72,6 +81,98 @@ def bench_forward(args) -> dict:
     }
 
 
+PEER_PROMPTS, PEER_GROUP, PEER_NEW = 8, 8, 32
+
+
+def peer_questions(seed: int = 12345) -> list[str]:
+    """The peers' prompts (../shared/peers/task.py make_problems)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(PEER_PROMPTS):
+        a, b = rng.randint(10, 99), rng.randint(10, 99)
+        out.append(f"What is {a} + {b}? Answer with just the number.")
+    return out
+
+
+def sample_flops(cfg, prompt_tokens: int, rows: int, prompt_len: int, new: int) -> float:
+    """Prefill of the distinct prompts + decode of every row (attention over the cache)."""
+    per_token = 2 * (cfg.num_params() - (0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model))
+    attn = 4 * cfg.n_layers * cfg.n_heads * cfg.head_dim
+    prefill = prompt_tokens * per_token + attn * prompt_tokens * prompt_len / 2
+    decode = rows * new * per_token + rows * attn * sum(prompt_len + t for t in range(new))
+    return prefill + decode
+
+
+def bench_sample(args) -> dict:
+    params, cfg, tok = weights.load_model(args.model)
+    rows = [tok.encode_chat([{"role": "user", "content": q}]) for q in peer_questions()]
+    tokens, mask = sampler.left_pad(rows, tok.pad_id)
+    b = PEER_PROMPTS * PEER_GROUP
+    source = sampler.group_sources(PEER_PROMPTS, PEER_GROUP)
+    tau = jnp.ones((b, PEER_NEW))
+    sc = sampler.SamplingConfig(PEER_NEW)  # no stop ids: 32 tokens forced, as the peers
+    keys = iter(jax.random.split(jax.random.key(0), 100))
+    run = lambda: sampler.sample(params, cfg, tokens, mask, source, next(keys), tau, sc).tokens  # noqa: E731
+    pre = jax.jit(lambda p: sampler.prefill(p, cfg, tokens, mask, source, None, PEER_NEW)[1])
+    peak = matmul_peak("float32")
+    total = _time(run, reps=args.reps)
+    prefill_s = _time(pre, params, reps=args.reps)
+    flops = sample_flops(cfg, int(mask.sum()), b, tokens.shape[1], PEER_NEW)
+    result = {
+        "bench": "sample",
+        "model": args.model,
+        "rows": b,
+        "prompt_len": tokens.shape[1],
+        "new_tokens": PEER_NEW,
+        "seconds": round(total, 3),
+        "prefill_s": round(prefill_s, 3),
+        "decode_s": round(total - prefill_s, 3),
+        "tokens_per_s": round(b * PEER_NEW / total, 1),
+        "fraction_of_peak": round(flops / total / peak, 3),
+        "matmul_peak_gflops": round(peak / 1e9, 1),
+    }
+    if not args.no_peer:
+        result.update(peer_generate(tok, args.reps))
+        result["speedup_vs_peer"] = round(result["tokens_per_s"] / result["peer_tokens_per_s"], 2)
+    return result
+
+
+def peer_generate(tok, reps: int) -> dict:
+    """The same work through transformers' generate (PyTorch CPU, float32)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    folder, name = os.path.split(weights.embedded_model_path())
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    model.eval()
+    rows = [tok.encode_chat([{"role": "user", "content": q}]) for q in peer_questions()]
+    rows = [r for r in rows for _ in range(PEER_GROUP)]
+    width = max(map(len, rows))
+    ids = torch.tensor([[tok.pad_id] * (width - len(r)) + r for r in rows])
+    attn = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    kw = dict(
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        max_new_tokens=PEER_NEW,
+        min_new_tokens=PEER_NEW,
+        pad_token_id=tok.pad_id,
+    )
+
+    def gen():
+        with torch.no_grad():
+            return model.generate(input_ids=ids, attention_mask=attn, **kw)
+
+    seconds = _time(gen, reps=reps)
+    return {
+        "peer": f"transformers {__import__('transformers').__version__} generate, "
+        f"torch {torch.__version__}",
+        "peer_seconds": round(seconds, 3),
+        "peer_tokens_per_s": round(len(rows) * PEER_NEW / seconds, 1),
+    }
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="bench", required=True)
@@ -81,8 +182,12 @@ def main(argv=None):
     fwd.add_argument("--length", type=int, default=128)
     fwd.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     fwd.add_argument("--reps", type=int, default=5)
+    smp = sub.add_parser("sample", help="rollout throughput on the peer workload")
+    smp.add_argument("--model", default=weights.EMBEDDED)
+    smp.add_argument("--reps", type=int, default=3)
+    smp.add_argument("--no-peer", action="store_true", help="skip transformers' generate")
     args = parser.parse_args(argv)
-    result = {"forward": bench_forward}[args.bench](args)
+    result = {"forward": bench_forward, "sample": bench_sample}[args.bench](args)
     result["machine"] = (
         f"{platform.processor() or platform.machine()}, "
         f"{jax.device_count()} x {jax.devices()[0].device_kind}, jax {jax.__version__}"

@@ -1,9 +1,11 @@
 """Command line entry point.
 
     python -m explore_rl.main --config configs/base.py --mode sample --workdir runs/demo
+    python -m explore_rl.main --config configs/base.py --config.sample.temperature=1.0 \\
+        --config.sample.samples_per_prompt=4 --config.sample.prompt_file=prompts.txt
 
-Modes: `sample` prints greedy continuations of the task's test questions with the
-configured model and writes them to WORKDIR/samples/.
+Modes: `sample` prints continuations of prompts (a file, or the task's test questions)
+with the configured model and writes them to WORKDIR/samples/.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import json
 import os
 import time
 
+import jax
+import jax.numpy as jnp
 from absl import app, flags
 from ml_collections import config_flags
 
@@ -26,6 +30,35 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (config, samples,
 _MODE = flags.DEFINE_enum("mode", "sample", ["sample"], "What to run.")
 
 
+def load_prompts(config) -> list[tuple[str, str | None]]:
+    """(prompt, reference answer or None) pairs from the prompt file or the task."""
+    s, t = config.sample, config.task
+    if not s.prompt_file:
+        problems = tasks.make_arithmetic(
+            s.num_prompts,
+            seed=config.seed,
+            split="test",
+            num_operands=t.num_operands,
+            min_digits=t.min_digits,
+            max_digits=t.max_digits,
+            ops=t.ops,
+        )
+        return [(p.question + t.instruction, p.answer) for p in problems]
+    with open(s.prompt_file) as f:
+        lines = [line.rstrip("\n") for line in f if line.strip()]
+    if not s.prompt_file.endswith(".jsonl"):
+        return [(line, None) for line in lines[: s.num_prompts]]
+    out = []
+    for i, line in enumerate(lines[: s.num_prompts]):
+        row = json.loads(line)
+        if s.prompt_field not in row:
+            raise ValueError(
+                f"{s.prompt_file}:{i + 1}: no field {s.prompt_field!r} (fields: {sorted(row)})"
+            )
+        out.append((str(row[s.prompt_field]), None))
+    return out
+
+
 def run_sample(config, workdir: str | None) -> list[dict]:
     start = time.perf_counter()
     params, cfg, tok = weights.load_model(
@@ -35,47 +68,43 @@ def run_sample(config, workdir: str | None) -> list[dict]:
         f"loaded {config.model.path} ({cfg.family}, {cfg.num_params() / 1e6:.0f}M params) "
         f"in {time.perf_counter() - start:.1f}s"
     )
-    t = config.task
-    problems = tasks.make_arithmetic(
-        config.sample.num_prompts,
-        seed=config.seed,
-        split="test",
-        num_operands=t.num_operands,
-        min_digits=t.min_digits,
-        max_digits=t.max_digits,
-        ops=t.ops,
-    )
-    rows = [
-        tok.encode_chat([{"role": "user", "content": f"{p.question}{t.instruction}"}])
-        for p in problems
-    ]
+    s = config.sample
+    prompts = load_prompts(config)
+    rows = [tok.encode_chat([{"role": "user", "content": p}]) for p, _ in prompts]
     tokens, mask = sampler.left_pad(rows, tok.pad_id)
+    g, n = s.samples_per_prompt, len(rows)
+    sc = sampler.SamplingConfig(s.max_new_tokens, s.top_p, s.top_k, tok.stop_ids)
     start = time.perf_counter()
-    gen = sampler.greedy(
+    out = sampler.sample(
         params,
         cfg,
         tokens,
         mask,
-        max_new_tokens=config.sample.max_new_tokens,
-        stop_ids=tok.stop_ids,
+        sampler.group_sources(n, g),
+        jax.random.key(config.seed),
+        jnp.full((n * g, s.max_new_tokens), s.temperature),
+        sc,
     )
-    gen.tokens.block_until_ready()
+    out.tokens.block_until_ready()
     seconds = time.perf_counter() - start
     samples = []
-    for p, toks, m in zip(problems, gen.tokens.tolist(), gen.mask.tolist()):
+    for i, (toks, m) in enumerate(zip(out.tokens.tolist(), out.mask.tolist())):
+        prompt, answer = prompts[i // g]
         text = tok.decode([x for x, keep in zip(toks, m) if keep])
-        samples.append({"question": p.question, "answer": p.answer, "response": text})
-        print(f"\n> {p.question}   [answer {p.answer}]\n{text}")
+        samples.append({"prompt": prompt, "answer": answer, "response": text})
+        print(
+            f"\n> {prompt}" + (f"   [answer {answer}]" if answer is not None else "") + f"\n{text}"
+        )
     print(
-        f"\n{len(samples)} greedy samples, {sum(map(sum, gen.mask.tolist()))} tokens "
-        f"in {seconds:.1f}s (compile included)"
+        f"\n{len(samples)} samples, {int(out.lengths.sum())} tokens in {seconds:.1f}s "
+        "(compile included)"
     )
     if workdir:
         os.makedirs(os.path.join(workdir, "samples"), exist_ok=True)
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(config.to_json(indent=2))
-        with open(os.path.join(workdir, "samples", "greedy.jsonl"), "w") as f:
-            f.writelines(json.dumps(s) + "\n" for s in samples)
+        with open(os.path.join(workdir, "samples", "sample.jsonl"), "w") as f:
+            f.writelines(json.dumps(x) + "\n" for x in samples)
     return samples
 
 

@@ -31,11 +31,12 @@ def response_logits(params, cfg, prompt, pmask, tokens, rmask):
     for p, pm, r, rm in zip(*map(np.asarray, (prompt, pmask, tokens, rmask))):
         seq = np.concatenate([p[pm], r[rm]])
         x = jnp.asarray(seq)[None]
-        logits = transformer.forward(params, cfg, x, jnp.arange(len(seq))[None],
-                                     jnp.ones_like(x, bool)).logits[0]
+        logits = transformer.forward(
+            params, cfg, x, jnp.arange(len(seq))[None], jnp.ones_like(x, bool)
+        ).logits[0]
         n = int(pm.sum())
         row = np.zeros((r.shape[0], cfg.vocab_size), np.float32)
-        row[: rm.sum()] = np.asarray(logits[n - 1: n - 1 + rm.sum()])
+        row[: rm.sum()] = np.asarray(logits[n - 1 : n - 1 + rm.sum()])
         out.append(row)
     return np.stack(out)
 
@@ -48,8 +49,16 @@ def log_softmax(z):
 def test_mu_equals_full_forward_logprob_at_temperature_one(tiny):
     params, cfg, prompts, pmask = tiny
     src = group_sources(Q, G)
-    r = sample(params, cfg, prompts, pmask, src, jax.random.key(0), jnp.ones((Q * G, T)),
-               SamplingConfig(T, stop_ids=(5, 9)))
+    r = sample(
+        params,
+        cfg,
+        prompts,
+        pmask,
+        src,
+        jax.random.key(0),
+        jnp.ones((Q * G, T)),
+        SamplingConfig(T, stop_ids=(5, 9)),
+    )
     logits = response_logits(params, cfg, prompts[src], pmask[src], r.tokens, r.mask)
     logp = log_softmax(logits)
     m = np.asarray(r.mask)
@@ -84,8 +93,16 @@ def test_mu_under_temperature_table_and_truncation(tiny, top_p, top_k):
     params, cfg, prompts, pmask = tiny
     src = group_sources(Q, G)
     tau = jax.random.uniform(jax.random.key(4), (Q * G, T), minval=0.3, maxval=1.6)
-    r = sample(params, cfg, prompts, pmask, src, jax.random.key(5), tau,
-               SamplingConfig(T, top_p=top_p, top_k=top_k))
+    r = sample(
+        params,
+        cfg,
+        prompts,
+        pmask,
+        src,
+        jax.random.key(5),
+        tau,
+        SamplingConfig(T, top_p=top_p, top_k=top_k),
+    )
     logits = response_logits(params, cfg, prompts[src], pmask[src], r.tokens, r.mask)
     tau, toks = np.asarray(tau), np.asarray(r.tokens)
     worst = 0.0
@@ -103,11 +120,20 @@ def test_mu_under_temperature_table_and_truncation(tiny, top_p, top_k):
 def test_token_frequencies_match_softmax(tiny, tau, top_p):
     params, cfg, prompts, pmask = tiny
     n = 20000
-    r = sample(params, cfg, prompts[:1], pmask[:1], jnp.zeros(n, jnp.int32), jax.random.key(7),
-               jnp.full((n, 1), tau), SamplingConfig(1, top_p=top_p))
+    r = sample(
+        params,
+        cfg,
+        prompts[:1],
+        pmask[:1],
+        jnp.zeros(n, jnp.int32),
+        jax.random.key(7),
+        jnp.full((n, 1), tau),
+        SamplingConfig(1, top_p=top_p),
+    )
     counts = np.bincount(np.asarray(r.tokens[:, 0]), minlength=cfg.vocab_size)
-    logits = transformer.forward(params, cfg, prompts[:1], transformer.positions_from_mask(
-        pmask[:1]), pmask[:1]).logits[0, -1]
+    logits = transformer.forward(
+        params, cfg, prompts[:1], transformer.positions_from_mask(pmask[:1]), pmask[:1]
+    ).logits[0, -1]
     expected = n * np.exp(reference_truncated_logprob(np.asarray(logits), tau, top_p, 0))
     assert counts[expected == 0].sum() == 0  # nothing from outside the top-p set
     big = expected >= 5  # pool the rare tokens into one bin
@@ -126,15 +152,34 @@ def test_masked_slot_and_zero_steering_sample_the_same_tokens(tiny):
     plain = sample(params, cfg, prompts, pmask, src, jax.random.key(9), tau, sc)
     slot_mask = (jnp.arange(b) % G == 0)[:, None]  # one noisy row per group
     embeds = 3.0 * jax.random.normal(jax.random.key(10), (b, 1, cfg.d_model))
-    noisy = sample(params, cfg, prompts, pmask, src, jax.random.key(9), tau, sc,
-                   Interventions(extra_embeds=embeds, extra_mask=slot_mask))
+    noisy = sample(
+        params,
+        cfg,
+        prompts,
+        pmask,
+        src,
+        jax.random.key(9),
+        tau,
+        sc,
+        Interventions(extra_embeds=embeds, extra_mask=slot_mask),
+    )
     clean = ~np.asarray(slot_mask[:, 0])
     np.testing.assert_array_equal(np.asarray(noisy.tokens)[clean], np.asarray(plain.tokens)[clean])
-    np.testing.assert_array_equal(np.asarray(noisy.logprobs)[clean],
-                                  np.asarray(plain.logprobs)[clean])
+    np.testing.assert_array_equal(
+        np.asarray(noisy.logprobs)[clean], np.asarray(plain.logprobs)[clean]
+    )
     assert (np.asarray(noisy.tokens)[~clean] != np.asarray(plain.tokens)[~clean]).any()
-    zero = sample(params, cfg, prompts, pmask, src, jax.random.key(9), tau, sc,
-                  Interventions(steer=jnp.zeros((b, cfg.d_model)), steer_layer=0))
+    zero = sample(
+        params,
+        cfg,
+        prompts,
+        pmask,
+        src,
+        jax.random.key(9),
+        tau,
+        sc,
+        Interventions(steer=jnp.zeros((b, cfg.d_model)), steer_layer=0),
+    )
     np.testing.assert_array_equal(np.asarray(zero.tokens), np.asarray(plain.tokens))
     np.testing.assert_array_equal(np.asarray(zero.logprobs), np.asarray(plain.logprobs))
 
@@ -143,9 +188,17 @@ def test_appended_slot_logprobs_match_inserted_embedding(tiny):
     """mu of a noisy row is the log-prob with the slot as an extra input position."""
     params, cfg, prompts, pmask = tiny
     slot = jnp.array([[11], [40], [23]])
-    r = sample(params, cfg, prompts, pmask, jnp.arange(Q), jax.random.key(2), jnp.ones((Q, T)),
-               SamplingConfig(T), Interventions(extra_embeds=params["embed"][slot],
-                                                extra_mask=jnp.ones((Q, 1), bool)))
+    r = sample(
+        params,
+        cfg,
+        prompts,
+        pmask,
+        jnp.arange(Q),
+        jax.random.key(2),
+        jnp.ones((Q, T)),
+        SamplingConfig(T),
+        Interventions(extra_embeds=params["embed"][slot], extra_mask=jnp.ones((Q, 1), bool)),
+    )
     inserted = jnp.concatenate([prompts, slot], 1)
     imask = jnp.concatenate([pmask, jnp.ones((Q, 1), bool)], 1)
     logits = response_logits(params, cfg, inserted, imask, r.tokens, r.mask)
@@ -168,8 +221,16 @@ def test_changing_the_temperature_table_does_not_recompile(tiny):
 def test_top_k_one_and_tiny_top_p_are_greedy(tiny, top_p, top_k):
     params, cfg, prompts, pmask = tiny
     g = greedy(params, cfg, prompts, pmask, T)
-    r = sample(params, cfg, prompts, pmask, jnp.arange(Q), jax.random.key(3),
-               jnp.full((Q, T), 1.4), SamplingConfig(T, top_p=top_p, top_k=top_k))
+    r = sample(
+        params,
+        cfg,
+        prompts,
+        pmask,
+        jnp.arange(Q),
+        jax.random.key(3),
+        jnp.full((Q, T), 1.4),
+        SamplingConfig(T, top_p=top_p, top_k=top_k),
+    )
     np.testing.assert_array_equal(np.asarray(r.tokens), np.asarray(g.tokens))
     np.testing.assert_allclose(np.asarray(r.logprobs), 0.0, atol=1e-6)  # one kept token
 
@@ -189,17 +250,28 @@ def test_steering_routes_share_prefill_per_route(tiny):
     params, cfg, prompts, pmask = tiny
     b = Q * G
     route = np.arange(b) % 2  # route 0 clean, route 1 steered
-    bank = jnp.stack([jnp.zeros(cfg.d_model), 2.0 * jax.random.normal(jax.random.key(2),
-                                                                        (cfg.d_model,))])
+    bank = jnp.stack(
+        [jnp.zeros(cfg.d_model), 2.0 * jax.random.normal(jax.random.key(2), (cfg.d_model,))]
+    )
     iv = Interventions(steer=bank[route], steer_layer=0)
     prompt_of = np.repeat(np.arange(Q), G)
     pairs = prompt_of * 2 + route  # prefill row of (prompt, route)
     pre = np.repeat(np.arange(Q), 2)  # prefill row q holds prompt q // 2
     tau, sc = jnp.ones((b, T)), SamplingConfig(T)
-    shared = sample(params, cfg, prompts[pre], pmask[pre], jnp.asarray(pairs), jax.random.key(4),
-                    tau, sc, iv)
-    own = sample(params, cfg, prompts[prompt_of], pmask[prompt_of], jnp.arange(b),
-                 jax.random.key(4), tau, sc, iv)
+    shared = sample(
+        params, cfg, prompts[pre], pmask[pre], jnp.asarray(pairs), jax.random.key(4), tau, sc, iv
+    )
+    own = sample(
+        params,
+        cfg,
+        prompts[prompt_of],
+        pmask[prompt_of],
+        jnp.arange(b),
+        jax.random.key(4),
+        tau,
+        sc,
+        iv,
+    )
     np.testing.assert_array_equal(np.asarray(shared.tokens), np.asarray(own.tokens))
     clean = sample(params, cfg, prompts, pmask, jnp.asarray(prompt_of), jax.random.key(4), tau, sc)
     assert (np.asarray(shared.tokens)[route == 1] != np.asarray(clean.tokens)[route == 1]).any()
@@ -207,16 +279,32 @@ def test_steering_routes_share_prefill_per_route(tiny):
 
 def test_readout_matches_full_forward(tiny):
     params, cfg, prompts, pmask = tiny
-    r = sample(params, cfg, prompts, pmask, jnp.arange(Q), jax.random.key(6), jnp.ones((Q, T)),
-               SamplingConfig(T), Interventions(readout_layer=1))
+    r = sample(
+        params,
+        cfg,
+        prompts,
+        pmask,
+        jnp.arange(Q),
+        jax.random.key(6),
+        jnp.ones((Q, T)),
+        SamplingConfig(T),
+        Interventions(readout_layer=1),
+    )
     for b in range(Q):
         n = int(pmask[b].sum())
         seq = jnp.concatenate([prompts[b][pmask[b]], r.tokens[b]])[None]
-        ref = transformer.forward(params, cfg, seq, jnp.arange(seq.shape[1])[None],
-                                  jnp.ones_like(seq, bool), None,
-                                  Interventions(readout_layer=1)).readout[0]
-        np.testing.assert_allclose(np.asarray(r.readout[b, : T - 1]),
-                                   np.asarray(ref[n: n + T - 1]), rtol=1e-4, atol=1e-4)
+        ref = transformer.forward(
+            params,
+            cfg,
+            seq,
+            jnp.arange(seq.shape[1])[None],
+            jnp.ones_like(seq, bool),
+            None,
+            Interventions(readout_layer=1),
+        ).readout[0]
+        np.testing.assert_allclose(
+            np.asarray(r.readout[b, : T - 1]), np.asarray(ref[n : n + T - 1]), rtol=1e-4, atol=1e-4
+        )
 
 
 def test_bad_sampling_arguments(tiny):
@@ -224,5 +312,13 @@ def test_bad_sampling_arguments(tiny):
     with pytest.raises(ValueError, match="top_p=0"):
         SamplingConfig(4, top_p=0.0)
     with pytest.raises(ValueError, match="temperature table has 3 positions"):
-        sample(params, cfg, prompts, pmask, jnp.arange(Q), jax.random.key(0), jnp.ones((Q, 3)),
-               SamplingConfig(4))
+        sample(
+            params,
+            cfg,
+            prompts,
+            pmask,
+            jnp.arange(Q),
+            jax.random.key(0),
+            jnp.ones((Q, 3)),
+            SamplingConfig(4),
+        )

@@ -171,7 +171,7 @@ def _rows(iv: Interventions | None, index) -> Interventions | None:
     return Interventions(steer=steer, steer_layer=iv.steer_layer, readout_layer=iv.readout_layer)
 
 
-def _prefill(params, cfg, prompts, prompt_mask, source, iv, n_new: int):
+def prefill(params, cfg, prompts, prompt_mask, source, iv, n_new: int):
     """Prefill the Q distinct prompts once; give each decode row its prompt's cache.
 
     Returns the B-row cache (with room for n_new tokens and any appended slots), the last
@@ -243,9 +243,7 @@ def sample(
             f"temperature table has {n_new} positions, max_new_tokens is {config.max_new_tokens}"
         )
     prompt_mask = prompt_mask.astype(bool)
-    cache, last, position = _prefill(
-        params, cfg, prompts, prompt_mask, source, interventions, n_new
-    )
+    cache, last, position = prefill(params, cfg, prompts, prompt_mask, source, interventions, n_new)
     uniforms = jax.random.uniform(rng, (n_new, b))
     readout = interventions is not None and interventions.readout_layer is not None
     empty = jnp.zeros((b, n_new), jnp.float32)

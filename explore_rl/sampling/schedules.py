@@ -17,8 +17,15 @@ def constant(batch: int, length: int, tau: float | Array = 1.0) -> Float[Array, 
     return jnp.full((batch, length), tau, jnp.float32)
 
 
-def ead(length: int, step: int | Array, tau_max: float = 1.2, tau_min: float = 0.1,
-        d0: float = 25.0, k: float = 1.0, c: int = 10) -> Float[Array, " T"]:
+def ead(
+    length: int,
+    step: int | Array,
+    tau_max: float = 1.2,
+    tau_min: float = 0.1,
+    d0: float = 25.0,
+    k: float = 1.0,
+    c: int = 10,
+) -> Float[Array, " T"]:
     """Exploratory annealed decoding (seed 003, Sec. 3 and "Global-Step-Aware Decay Rate").
 
     tau_t = 1 for t < c, else max(1 + tau_max - exp(t / (k d_s)), tau_min), with
@@ -31,22 +38,28 @@ def ead(length: int, step: int | Array, tau_max: float = 1.2, tau_min: float = 0
     return jnp.where(t < c, 1.0, annealed)
 
 
-def cosine_warmup(step: int | Array, warmup_steps: int, start: float = 0.2,
-                  end: float = 1.0) -> Float[Array, ""]:
+def cosine_warmup(
+    step: int | Array, warmup_steps: int, start: float = 0.2, end: float = 1.0
+) -> Float[Array, ""]:
     """start -> end along half a cosine over `warmup_steps` global steps, then end
     (EDEN's noisy-rollout temperature, seed 000)."""
     frac = jnp.clip(jnp.asarray(step, jnp.float32) / max(warmup_steps, 1), 0.0, 1.0)
     return end + (start - end) * 0.5 * (1.0 + jnp.cos(jnp.pi * frac))
 
 
-def per_row(selected: Bool[Array, " B"], tau_selected: float | Array,
-            tau_other: float | Array = 1.0) -> Float[Array, " B"]:
+def per_row(
+    selected: Bool[Array, " B"], tau_selected: float | Array, tau_other: float | Array = 1.0
+) -> Float[Array, " B"]:
     """One temperature for the selected rows (e.g. EDEN's noisy ones), another for the rest."""
     return jnp.where(selected, tau_selected, tau_other).astype(jnp.float32)
 
 
-def table(per_row: Float[Array, " B"] | None = None, per_position: Float[Array, " T"] | None = None,
-          batch: int | None = None, length: int | None = None) -> Float[Array, "B T"]:
+def table(
+    per_row: Float[Array, " B"] | None = None,
+    per_position: Float[Array, " T"] | None = None,
+    batch: int | None = None,
+    length: int | None = None,
+) -> Float[Array, "B T"]:
     """Compose a per-row scale and a per-position schedule: tau[b, t] = row[b] * pos[t]."""
     if per_row is None and batch is None or per_position is None and length is None:
         raise ValueError("give per_row or batch, and per_position or length")
