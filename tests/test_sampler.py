@@ -116,6 +116,17 @@ def test_mu_under_temperature_table_and_truncation(tiny, top_p, top_k):
     assert worst < 1e-4, worst
 
 
+def chi_square_pvalue(counts, expected, min_bins: int) -> float:
+    """Pearson chi-square of counts vs expected, rare tokens (expected < 5) pooled."""
+    expected = np.asarray(expected, np.float64)
+    big = expected >= 5
+    assert big.sum() >= min_bins  # a real test: enough categories
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    obs, exp = obs[exp > 0], exp[exp > 0]
+    return scipy.stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
+
+
 @pytest.mark.parametrize("tau,top_p", [(0.8, 1.0), (1.3, 0.7)])
 def test_token_frequencies_match_softmax(tiny, tau, top_p):
     params, cfg, prompts, pmask = tiny
@@ -136,12 +147,7 @@ def test_token_frequencies_match_softmax(tiny, tau, top_p):
     ).logits[0, -1]
     expected = n * np.exp(reference_truncated_logprob(np.asarray(logits), tau, top_p, 0))
     assert counts[expected == 0].sum() == 0  # nothing from outside the top-p set
-    big = expected >= 5  # pool the rare tokens into one bin
-    obs = np.append(counts[big], counts[~big].sum())
-    exp = np.append(expected[big], expected[~big].sum())
-    obs, exp = obs[exp > 0], exp[exp > 0]
-    assert big.sum() >= 5  # a real test: several categories
-    assert scipy.stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue > 1e-3
+    assert chi_square_pvalue(counts, expected, min_bins=5) > 1e-3
 
 
 def test_masked_slot_and_zero_steering_sample_the_same_tokens(tiny):
@@ -322,3 +328,47 @@ def test_bad_sampling_arguments(tiny):
             jnp.ones((Q, 3)),
             SamplingConfig(4),
         )
+
+
+@pytest.mark.parametrize("top_p,top_k", [(0.9, 0), (0.995, 0), (0.8, 300), (1.0, 0)])
+def test_choose_with_a_large_vocabulary(top_p, top_k):
+    """Shortlist path, full-vocabulary fallback, top-k above the shortlist, multi-block CDF."""
+    from explore_rl.sampling.sampler import choose
+
+    b, v = 16, 1000
+    logits = 3.0 * jax.random.normal(jax.random.key(0), (b, v))
+    tau = jnp.linspace(0.3, 4.0, b)
+    c = choose(
+        logits,
+        tau,
+        jax.random.uniform(jax.random.key(1), (b,)),
+        SamplingConfig(1, top_p=top_p, top_k=top_k),
+    )
+    sizes = []
+    for i in range(b):
+        q = reference_truncated_logprob(np.asarray(logits[i]), float(tau[i]), top_p, top_k)
+        sizes.append(np.isfinite(q).sum())
+        assert np.isfinite(q[int(c.token[i])])
+        np.testing.assert_allclose(float(c.logprob[i]), q[int(c.token[i])], atol=1e-4)
+        qf = q[np.isfinite(q)]
+        np.testing.assert_allclose(
+            float(c.sampling_entropy[i]), -(np.exp(qf) * qf).sum(), atol=1e-4
+        )
+    if (top_p, top_k) == (0.995, 0):
+        assert max(sizes) > 256  # some row needed the full-vocabulary path
+
+
+def test_inverse_cdf_frequencies_across_blocks():
+    from explore_rl.sampling.sampler import choose
+
+    n, v = 20000, 600  # 600 tokens: three 256-token blocks, the last one padded
+    logits = 2.0 * jax.random.normal(jax.random.key(3), (v,))
+    c = choose(
+        jnp.broadcast_to(logits, (n, v)),
+        jnp.ones(n),
+        jax.random.uniform(jax.random.key(4), (n,)),
+        SamplingConfig(1),
+    )
+    counts = np.bincount(np.asarray(c.token), minlength=v)
+    expected = n * np.exp(log_softmax(np.asarray(logits)))
+    assert chi_square_pvalue(counts, expected, min_bins=100) > 1e-3

@@ -11,7 +11,9 @@ Each sampled token records mu, its log-prob under the distribution it was drawn 
 temperature tau[b, t] (a traced [B, T] table: a new schedule does not recompile), then
 top-k, then top-p on the renormalised top-k set (transformers' order), renormalised.
 tau = 0 is greedy (mu = 0). Sampling is inverse-CDF with one uniform per row and step:
-exact up to float32 rounding of the cumulative sum, and no noise for the whole vocabulary.
+exact up to float32 rounding of the cumulative sums, and no noise for the whole vocabulary
+(drawing V uniforms per row costs more than the rest of the draw). Top-p / top-k look at
+the 256 most likely tokens and sort the full vocabulary only when a row needs more.
 
     rollout = sample(params, cfg, prompts, prompt_mask, source, rng, temperature,
                      SamplingConfig(max_new_tokens=512, top_p=1.0, stop_ids=tok.stop_ids))
@@ -83,33 +85,88 @@ class _Choice:
     sampling_entropy: Float[Array, " B"]
 
 
+# Rows of a top-p / top-k draw are first cut to this many most likely tokens; only when
+# one row's top-p set is larger does the draw sort the whole vocabulary (slow on CPU).
+_SHORTLIST = 256
+_BLOCK = 256  # inverse-CDF block: cumulative sums over V / 256 blocks, then 256 tokens
+
+
 def _entropy(logp: Float[Array, "B V"]) -> Float[Array, " B"]:
     return -jnp.sum(jnp.where(logp > -jnp.inf, jnp.exp(logp) * logp, 0.0), axis=-1)
 
 
 def _inverse_cdf(weights: Float[Array, "B V"], u: Float[Array, " B"]) -> Int[Array, " B"]:
-    """Index i with cdf[i-1] <= u * total < cdf[i]: draws i with probability w_i / total."""
-    cdf = jnp.cumsum(weights, axis=-1)
-    below = jnp.sum(cdf <= (u * cdf[:, -1])[:, None], axis=-1)
-    return jnp.minimum(below, weights.shape[-1] - 1)
+    """Draw index i with probability w_i / sum(w), from one uniform per row.
+
+    Two levels (block sums, then inside the chosen block) instead of one cumulative sum
+    over V: XLA's long cumsum is slow on CPU, and short sums round less.
+    """
+    b, v = weights.shape
+    pad = -v % _BLOCK
+    w = jnp.pad(weights, ((0, 0), (0, pad))).reshape(b, -1, _BLOCK)
+    cb = jnp.cumsum(jnp.sum(w, axis=-1), axis=-1)
+    target = u * cb[:, -1]
+    # Clamp to the last block / token with mass, in case rounding puts target at the end.
+    last_block = jnp.max(
+        jnp.where(
+            cb > jnp.concatenate([jnp.zeros((b, 1)), cb[:, :-1]], 1), jnp.arange(cb.shape[1]), 0
+        ),
+        axis=-1,
+    )
+    j = jnp.minimum(jnp.sum(cb <= target[:, None], axis=-1), last_block)
+    before = jnp.where(j > 0, jnp.take_along_axis(cb, jnp.maximum(j - 1, 0)[:, None], 1)[:, 0], 0.0)
+    inside = jnp.take_along_axis(w, j[:, None, None], axis=1)[:, 0]
+    last_token = jnp.max(jnp.where(inside > 0, jnp.arange(_BLOCK), 0), axis=-1)
+    k = jnp.minimum(
+        jnp.sum(jnp.cumsum(inside, axis=-1) <= (target - before)[:, None], -1), last_token
+    )
+    return j * _BLOCK + k
+
+
+def _sorted_choice(vals, order, log_z, u, top_p: float, top_k: int):
+    """Draw from the top-k, then top-p, of a distribution given in descending order.
+
+    vals [B, K]: scaled logits, descending; order [B, K]: their token ids; log_z [B]: the
+    log-normaliser over the whole vocabulary. Also says per row whether the K tokens held
+    the whole top-p set (else the caller must retry with the full vocabulary).
+    """
+    logp = vals - log_z[:, None]
+    p = jnp.exp(logp)
+    keep = jnp.arange(p.shape[-1]) < top_k if top_k > 0 else jnp.ones_like(p, bool)
+    p_k = jnp.where(keep, p, 0.0)
+    if top_k > 0:  # top-p acts on the renormalised top-k set
+        p_k = p_k / jnp.sum(p_k, axis=-1, keepdims=True)
+    covered = jnp.sum(p_k, axis=-1) >= top_p
+    keep &= (jnp.cumsum(p_k, axis=-1) - p_k) < top_p  # the token crossing top_p stays
+    kept = jnp.where(keep, p, 0.0)
+    q_logp = jnp.where(keep, logp - jnp.log(jnp.sum(kept, axis=-1))[:, None], -jnp.inf)
+    j = _inverse_cdf(kept, u)
+    pick = lambda x: jnp.take_along_axis(x, j[:, None], axis=-1)[:, 0]  # noqa: E731
+    return (pick(order), pick(q_logp), _entropy(q_logp)), covered
 
 
 def _truncated(scaled: Float[Array, "B V"], u, top_p: float, top_k: int):
-    """Sample from softmax(scaled) restricted to top-k, then top-p of the renormalised rest."""
-    order = jnp.argsort(-scaled, axis=-1, stable=True)
-    logp = jax.nn.log_softmax(jnp.take_along_axis(scaled, order, axis=-1), axis=-1)
-    p = jnp.exp(logp)
-    rank = jnp.arange(p.shape[-1])
-    keep = rank < top_k if top_k > 0 else jnp.ones_like(p, bool)
-    p_k = jnp.where(keep, p, 0.0)
-    p_k = p_k / jnp.sum(p_k, axis=-1, keepdims=True)
-    keep &= (jnp.cumsum(p_k, axis=-1) - p_k) < top_p  # the token crossing top_p stays
-    kept = jnp.where(keep, p, 0.0)
-    log_z = jnp.log(jnp.sum(kept, axis=-1))
-    j = _inverse_cdf(kept, u)
-    q_logp = jnp.where(keep, logp - log_z[:, None], -jnp.inf)
-    token = jnp.take_along_axis(order, j[:, None], axis=-1)[:, 0]
-    return token, jnp.take_along_axis(q_logp, j[:, None], axis=-1)[:, 0], _entropy(q_logp)
+    """(token, mu, entropy) from softmax(scaled) cut to top-k, then to top-p."""
+    v = scaled.shape[-1]
+    log_z = jax.nn.logsumexp(scaled, axis=-1)
+    short = min(v, max(top_k, _SHORTLIST))
+    vals, order = jax.lax.top_k(scaled, short)  # ties: the lower token id first
+    result, covered = _sorted_choice(vals, order, log_z, u, top_p, top_k)
+    if short == v or top_k > 0:
+        return result
+
+    def full_vocabulary(_):
+        order = jnp.argsort(-scaled, axis=-1, stable=True)
+        vals = jnp.take_along_axis(scaled, order, axis=-1)
+        return _sorted_choice(vals, order, log_z, u, top_p, top_k)[0]
+
+    return jax.lax.cond(jnp.all(covered), lambda _: result, full_vocabulary, None)
+
+
+def _argmax(x: Float[Array, "B V"]) -> Int[Array, " B"]:
+    # The first maximum; XLA's variadic argmax reduction is ~3x slower on CPU.
+    top = jnp.max(x, axis=-1, keepdims=True)
+    return jnp.min(jnp.where(x == top, jnp.arange(x.shape[-1]), x.shape[-1]), axis=-1)
 
 
 def choose(
@@ -128,7 +185,9 @@ def choose(
         logp = jax.nn.log_softmax(scaled, axis=-1)
         token = _inverse_cdf(jnp.exp(logp), u)
         mu, ent = jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0], _entropy(logp)
-    best = jnp.argmax(logits, axis=-1)
+    best = jax.lax.cond(
+        jnp.any(greedy), _argmax, lambda x: jnp.zeros(x.shape[0], jnp.int32), logits
+    )
     return _Choice(
         token=jnp.where(greedy, best, token).astype(jnp.int32),
         logprob=jnp.where(greedy, 0.0, mu),
