@@ -169,6 +169,17 @@ def _argmax(x: Float[Array, "B V"]) -> Int[Array, " B"]:
     return jnp.min(jnp.where(x == top, jnp.arange(x.shape[-1]), x.shape[-1]), axis=-1)
 
 
+def _log_normaliser_and_entropy(z: Float[Array, "B V"]):
+    """log sum exp z and the entropy of softmax(z), in one pass over the vocabulary:
+    H = log Z - E_p[z]."""
+    top = jnp.max(z, axis=-1, keepdims=True)
+    e = jnp.exp(z - top)
+    total = jnp.sum(e, axis=-1)
+    log_z = top[:, 0] + jnp.log(total)
+    mean_z = jnp.sum(jnp.where(e > 0, e * z, 0.0), axis=-1) / total
+    return log_z, log_z - mean_z, e
+
+
 def choose(
     logits: Float[Array, "B V"],
     tau: Float[Array, " B"],
@@ -182,16 +193,16 @@ def choose(
     if config.truncates:
         token, mu, ent = _truncated(scaled, u, config.top_p, config.top_k)
     else:
-        logp = jax.nn.log_softmax(scaled, axis=-1)
-        token = _inverse_cdf(jnp.exp(logp), u)
-        mu, ent = jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0], _entropy(logp)
+        log_z, ent, weights = _log_normaliser_and_entropy(scaled)
+        token = _inverse_cdf(weights, u)
+        mu = jnp.take_along_axis(scaled, token[:, None], axis=-1)[:, 0] - log_z
     best = jax.lax.cond(
         jnp.any(greedy), _argmax, lambda x: jnp.zeros(x.shape[0], jnp.int32), logits
     )
     return _Choice(
         token=jnp.where(greedy, best, token).astype(jnp.int32),
         logprob=jnp.where(greedy, 0.0, mu),
-        entropy=_entropy(jax.nn.log_softmax(logits, axis=-1)),
+        entropy=_log_normaliser_and_entropy(logits)[1],
         sampling_entropy=jnp.where(greedy, 0.0, ent),
     )
 
