@@ -108,12 +108,11 @@ def bench_sample(args) -> dict:
     rows = [tok.encode_chat([{"role": "user", "content": q}]) for q in peer_questions()]
     tokens, mask = sampler.left_pad(rows, tok.pad_id)
     b = PEER_PROMPTS * PEER_GROUP
-    source = sampler.group_sources(PEER_PROMPTS, PEER_GROUP)
     tau = jnp.ones((b, PEER_NEW))
     sc = sampler.SamplingConfig(PEER_NEW)  # no stop ids: 32 tokens forced, as the peers
     keys = iter(jax.random.split(jax.random.key(0), 100))
-    run = lambda: sampler.sample(params, cfg, tokens, mask, source, next(keys), tau, sc).tokens  # noqa: E731
-    pre = jax.jit(lambda p: sampler.prefill(p, cfg, tokens, mask, source, None, PEER_NEW)[1])
+    run = lambda: sampler.sample(params, cfg, tokens, mask, next(keys), tau, sc).tokens  # noqa: E731
+    pre = jax.jit(lambda p: sampler.prefill(p, cfg, tokens, mask, None, b, PEER_NEW)[1])
     peak = matmul_peak("float32")
     total = _time(run, reps=args.reps)
     prefill_s = _time(pre, params, reps=args.reps)

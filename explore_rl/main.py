@@ -80,7 +80,6 @@ def run_sample(config, workdir: str | None) -> list[dict]:
         cfg,
         tokens,
         mask,
-        sampler.group_sources(n, g),
         jax.random.key(config.seed),
         jnp.full((n * g, s.max_new_tokens), s.temperature),
         sc,

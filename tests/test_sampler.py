@@ -10,7 +10,7 @@ from conftest import left_padded_batch
 from explore_rl.models import presets, transformer
 from explore_rl.models.transformer import Interventions
 from explore_rl.sampling import schedules
-from explore_rl.sampling.sampler import SamplingConfig, greedy, group_sources, sample
+from explore_rl.sampling.sampler import SamplingConfig, greedy, sample
 
 jax.config.update("jax_default_matmul_precision", "highest")
 
@@ -48,13 +48,12 @@ def log_softmax(z):
 
 def test_mu_equals_full_forward_logprob_at_temperature_one(tiny):
     params, cfg, prompts, pmask = tiny
-    src = group_sources(Q, G)
+    src = jnp.repeat(jnp.arange(Q), G)  # the prompt of each row
     r = sample(
         params,
         cfg,
         prompts,
         pmask,
-        src,
         jax.random.key(0),
         jnp.ones((Q * G, T)),
         SamplingConfig(T, stop_ids=(5, 9)),
@@ -91,14 +90,13 @@ def reference_truncated_logprob(logits, tau, top_p, top_k):
 @pytest.mark.parametrize("top_p,top_k", [(0.8, 0), (0.9, 6), (1.0, 4)])
 def test_mu_under_temperature_table_and_truncation(tiny, top_p, top_k):
     params, cfg, prompts, pmask = tiny
-    src = group_sources(Q, G)
+    src = jnp.repeat(jnp.arange(Q), G)  # the prompt of each row
     tau = jax.random.uniform(jax.random.key(4), (Q * G, T), minval=0.3, maxval=1.6)
     r = sample(
         params,
         cfg,
         prompts,
         pmask,
-        src,
         jax.random.key(5),
         tau,
         SamplingConfig(T, top_p=top_p, top_k=top_k),
@@ -136,7 +134,6 @@ def test_token_frequencies_match_softmax(tiny, tau, top_p):
         cfg,
         prompts[:1],
         pmask[:1],
-        jnp.zeros(n, jnp.int32),
         jax.random.key(7),
         jnp.full((n, 1), tau),
         SamplingConfig(1, top_p=top_p),
@@ -152,10 +149,10 @@ def test_token_frequencies_match_softmax(tiny, tau, top_p):
 
 def test_masked_slot_and_zero_steering_sample_the_same_tokens(tiny):
     params, cfg, prompts, pmask = tiny
-    src, b = group_sources(Q, G), Q * G
+    b = Q * G
     tau = jnp.ones((b, T))
     sc = SamplingConfig(T)
-    plain = sample(params, cfg, prompts, pmask, src, jax.random.key(9), tau, sc)
+    plain = sample(params, cfg, prompts, pmask, jax.random.key(9), tau, sc)
     slot_mask = (jnp.arange(b) % G == 0)[:, None]  # one noisy row per group
     embeds = 3.0 * jax.random.normal(jax.random.key(10), (b, 1, cfg.d_model))
     noisy = sample(
@@ -163,7 +160,6 @@ def test_masked_slot_and_zero_steering_sample_the_same_tokens(tiny):
         cfg,
         prompts,
         pmask,
-        src,
         jax.random.key(9),
         tau,
         sc,
@@ -180,7 +176,6 @@ def test_masked_slot_and_zero_steering_sample_the_same_tokens(tiny):
         cfg,
         prompts,
         pmask,
-        src,
         jax.random.key(9),
         tau,
         sc,
@@ -199,7 +194,6 @@ def test_appended_slot_logprobs_match_inserted_embedding(tiny):
         cfg,
         prompts,
         pmask,
-        jnp.arange(Q),
         jax.random.key(2),
         jnp.ones((Q, T)),
         SamplingConfig(T),
@@ -214,12 +208,12 @@ def test_appended_slot_logprobs_match_inserted_embedding(tiny):
 
 def test_changing_the_temperature_table_does_not_recompile(tiny):
     params, cfg, prompts, pmask = tiny
-    src, sc = group_sources(Q, G), SamplingConfig(T)
+    sc = SamplingConfig(T)
     before = sample._cache_size()
     for step in range(3):
         tau = schedules.table(batch=Q * G, per_position=schedules.ead(T, step, c=2))
-        sample(params, cfg, prompts, pmask, src, jax.random.key(step), tau, sc)
-    sample(params, cfg, prompts, pmask, src, jax.random.key(0), jnp.full((Q * G, T), 0.5), sc)
+        sample(params, cfg, prompts, pmask, jax.random.key(step), tau, sc)
+    sample(params, cfg, prompts, pmask, jax.random.key(0), jnp.full((Q * G, T), 0.5), sc)
     assert sample._cache_size() - before <= 1
 
 
@@ -232,7 +226,6 @@ def test_top_k_one_and_tiny_top_p_are_greedy(tiny, top_p, top_k):
         cfg,
         prompts,
         pmask,
-        jnp.arange(Q),
         jax.random.key(3),
         jnp.full((Q, T), 1.4),
         SamplingConfig(T, top_p=top_p, top_k=top_k),
@@ -243,44 +236,34 @@ def test_top_k_one_and_tiny_top_p_are_greedy(tiny, top_p, top_k):
 
 def test_group_shared_prefill_equals_per_row_prefill(tiny):
     params, cfg, prompts, pmask = tiny
-    src, b = group_sources(Q, G), Q * G
+    src, b = jnp.repeat(jnp.arange(Q), G), Q * G
     tau, sc = jnp.full((b, T), 1.1), SamplingConfig(T)
-    shared = sample(params, cfg, prompts, pmask, src, jax.random.key(1), tau, sc)
-    own = sample(params, cfg, prompts[src], pmask[src], jnp.arange(b), jax.random.key(1), tau, sc)
+    shared = sample(params, cfg, prompts, pmask, jax.random.key(1), tau, sc)
+    own = sample(params, cfg, prompts[src], pmask[src], jax.random.key(1), tau, sc)
     np.testing.assert_array_equal(np.asarray(shared.tokens), np.asarray(own.tokens))
     np.testing.assert_allclose(np.asarray(shared.logprobs), np.asarray(own.logprobs), atol=1e-5)
 
 
 def test_steering_routes_share_prefill_per_route(tiny):
-    """Rows on two routes of one prompt: one prefill per (prompt, route)."""
+    """Two routes per prompt: one prefill per (prompt, route), two rows each."""
     params, cfg, prompts, pmask = tiny
     b = Q * G
-    route = np.arange(b) % 2  # route 0 clean, route 1 steered
+    route = (np.arange(b) // 2) % 2  # rows [p0 r0, p0 r0, p0 r1, p0 r1, p1 r0, ...]
+    prompt_of = np.arange(b) // G
     bank = jnp.stack(
         [jnp.zeros(cfg.d_model), 2.0 * jax.random.normal(jax.random.key(2), (cfg.d_model,))]
     )
     iv = Interventions(steer=bank[route], steer_layer=0)
-    prompt_of = np.repeat(np.arange(Q), G)
-    pairs = prompt_of * 2 + route  # prefill row of (prompt, route)
-    pre = np.repeat(np.arange(Q), 2)  # prefill row q holds prompt q // 2
+    pre = np.repeat(np.arange(Q), 2)  # prefill row 2p + r holds prompt p
     tau, sc = jnp.ones((b, T)), SamplingConfig(T)
-    shared = sample(
-        params, cfg, prompts[pre], pmask[pre], jnp.asarray(pairs), jax.random.key(4), tau, sc, iv
-    )
-    own = sample(
-        params,
-        cfg,
-        prompts[prompt_of],
-        pmask[prompt_of],
-        jnp.arange(b),
-        jax.random.key(4),
-        tau,
-        sc,
-        iv,
-    )
+    shared = sample(params, cfg, prompts[pre], pmask[pre], jax.random.key(4), tau, sc, iv)
+    own = sample(params, cfg, prompts[prompt_of], pmask[prompt_of], jax.random.key(4), tau, sc, iv)
     np.testing.assert_array_equal(np.asarray(shared.tokens), np.asarray(own.tokens))
-    clean = sample(params, cfg, prompts, pmask, jnp.asarray(prompt_of), jax.random.key(4), tau, sc)
+    clean = sample(params, cfg, prompts, pmask, jax.random.key(4), tau, sc)
     assert (np.asarray(shared.tokens)[route == 1] != np.asarray(clean.tokens)[route == 1]).any()
+    np.testing.assert_array_equal(
+        np.asarray(shared.tokens)[route == 0], np.asarray(clean.tokens)[route == 0]
+    )
 
 
 def test_readout_matches_full_forward(tiny):
@@ -290,7 +273,6 @@ def test_readout_matches_full_forward(tiny):
         cfg,
         prompts,
         pmask,
-        jnp.arange(Q),
         jax.random.key(6),
         jnp.ones((Q, T)),
         SamplingConfig(T),
@@ -323,7 +305,6 @@ def test_bad_sampling_arguments(tiny):
             cfg,
             prompts,
             pmask,
-            jnp.arange(Q),
             jax.random.key(0),
             jnp.ones((Q, 3)),
             SamplingConfig(4),

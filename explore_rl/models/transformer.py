@@ -22,7 +22,9 @@ N query heads, K kv heads, G = N / K, H head dim, F feed-forward, V vocab, L lay
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -48,7 +50,12 @@ class Interventions:
 
 @struct.dataclass
 class KVCache:
-    """Preallocated keys/values, [B, K, S, H] per layer, plus the appended-slot section."""
+    """Preallocated keys/values, [B, K, S, H] per layer, plus two optional sections.
+
+    - prefix: keys of Q shared prompts [Q, K, L, H]; row b sees prefix b // (B / Q), so a
+      group of rollouts reads its prompt's keys once, not once per row;
+    - extra: appended slots per row [B, K, E, H] (EDEN), seen by every later token.
+    """
 
     k: list[Float[Array, "B K S H"]]
     v: list[Float[Array, "B K S H"]]
@@ -57,6 +64,9 @@ class KVCache:
     extra_k: list[Float[Array, "B K E H"]] | None = None
     extra_v: list[Float[Array, "B K E H"]] | None = None
     extra_mask: Bool[Array, "B E"] | None = None
+    prefix_k: list[Float[Array, "Q K L H"]] | None = None
+    prefix_v: list[Float[Array, "Q K L H"]] | None = None
+    prefix_mask: Bool[Array, "Q L"] | None = None
 
 
 @struct.dataclass
@@ -69,7 +79,13 @@ class Output:
     extra_hidden: Float[Array, "B E D"] | None = None
 
 
-def init_cache(cfg: ModelConfig, batch: int, length: int, n_extra: int = 0) -> KVCache:
+def init_cache(
+    cfg: ModelConfig, batch: int, length: int, n_extra: int = 0, prefix: KVCache | None = None
+) -> KVCache:
+    """An empty cache of `length` slots per row; `prefix` (a filled cache of Q prompts,
+    Q dividing batch) becomes the shared prompt section."""
+    if prefix is not None and batch % prefix.mask.shape[0]:
+        raise ValueError(f"batch {batch} is not a multiple of the {prefix.mask.shape[0]} prefixes")
     shape = (batch, cfg.n_kv_heads, length, cfg.head_dim)
     zeros = lambda s: [jnp.zeros(s, cfg.jnp_dtype) for _ in range(cfg.n_layers)]  # noqa: E731
     extra_shape = (batch, cfg.n_kv_heads, n_extra, cfg.head_dim)
@@ -81,6 +97,9 @@ def init_cache(cfg: ModelConfig, batch: int, length: int, n_extra: int = 0) -> K
         extra_k=zeros(extra_shape) if n_extra else None,
         extra_v=zeros(extra_shape) if n_extra else None,
         extra_mask=jnp.zeros((batch, n_extra), bool) if n_extra else None,
+        prefix_k=None if prefix is None else prefix.k,
+        prefix_v=None if prefix is None else prefix.v,
+        prefix_mask=None if prefix is None else prefix.mask,
     )
 
 
@@ -147,16 +166,21 @@ def rope_frequencies(cfg: ModelConfig) -> Float[Array, " H2"]:
     return jnp.where(medium, smoothed, scaled)
 
 
-def apply_rope(x: Float[Array, "B X T H"], positions: Int[Array, "B T"], inv_freq) -> Array:
-    """Rotate-half RoPE (HF convention) for x laid out [B, heads, T, H]."""
+def rope_table(positions: Int[Array, "B T"], inv_freq) -> tuple[Array, Array]:
+    """cos and sin [B, 1, T, H/2] of each position, computed once per forward for all layers."""
     angles = positions[:, None, :, None].astype(jnp.float32) * inv_freq
-    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    return jnp.cos(angles), jnp.sin(angles)
+
+
+def apply_rope(x: Float[Array, "B X T H"], rope: tuple[Array, Array]) -> Array:
+    """Rotate-half RoPE (HF convention) for x laid out [B, heads, T, H]."""
+    cos, sin = rope
     x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
     out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
     return out.astype(x.dtype)
 
 
-def _project_qkv(lp: dict, cfg: ModelConfig, x: Float[Array, "B T D"], positions, inv_freq):
+def _project_qkv(lp: dict, cfg: ModelConfig, x: Float[Array, "B T D"], rope):
     q = jnp.einsum("btd,dnh->bnth", x, lp["q"].astype(x.dtype))
     k = jnp.einsum("btd,dkh->bkth", x, lp["k"].astype(x.dtype))
     v = jnp.einsum("btd,dkh->bkth", x, lp["v"].astype(x.dtype))
@@ -167,37 +191,76 @@ def _project_qkv(lp: dict, cfg: ModelConfig, x: Float[Array, "B T D"], positions
     if cfg.qk_norm:
         q = rms_norm(q, lp["q_norm"], cfg.norm_eps)
         k = rms_norm(k, lp["k_norm"], cfg.norm_eps)
-    return apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq), v
+    return apply_rope(q, rope), apply_rope(k, rope), v
 
 
-def _attend(q: Float[Array, "B K G T H"], k, v, mask: Bool[Array, "B T S"]):
+class _Keys(NamedTuple):
+    """One set of keys a query attends to. `grouped`: k, v are [Q, K, S, H] shared by
+    B / Q consecutive query rows, with mask [Q, S]; else [B, K, S, H] with mask [B, T, S]."""
+
+    k: Array
+    v: Array
+    mask: Array
+    grouped: bool = False
+
+
+def _partial(q: Float[Array, "B K G T H"], keys: _Keys):
     """Unnormalised softmax attention: (sum_s p_s v_s, max score, sum_s p_s)."""
-    s = jnp.einsum("bkgth,bksh->bkgts", q, k, preferred_element_type=jnp.float32)
-    s = jnp.where(mask[:, None, None], s / math.sqrt(q.shape[-1]), _MASKED)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    if keys.grouped:
+        b, n_kv, g, t, h = q.shape
+        rows = keys.k.shape[0]
+        qq = q.reshape(rows, b // rows, n_kv, g, t, h)
+        s = jnp.einsum("qxkgth,qksh->qxkgts", qq, keys.k, preferred_element_type=jnp.float32)
+        s = jnp.where(keys.mask[:, None, None, None, None], s * scale, _MASKED)
+        m = jnp.max(s, axis=-1, keepdims=True)
+        p = jnp.exp(s - m)
+        acc = jnp.einsum(
+            "qxkgts,qksh->qxkgth",
+            p.astype(keys.v.dtype),
+            keys.v,
+            preferred_element_type=jnp.float32,
+        )
+        flat = lambda x: x.reshape(b, n_kv, g, t, x.shape[-1])  # noqa: E731
+        return flat(acc), flat(m), flat(jnp.sum(p, axis=-1, keepdims=True))
+    s = jnp.einsum("bkgth,bksh->bkgts", q, keys.k, preferred_element_type=jnp.float32)
+    s = jnp.where(keys.mask[:, None, None], s * scale, _MASKED)
     m = jnp.max(s, axis=-1, keepdims=True)
     p = jnp.exp(s - m)
-    acc = jnp.einsum("bkgts,bksh->bkgth", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    acc = jnp.einsum(
+        "bkgts,bksh->bkgth", p.astype(keys.v.dtype), keys.v, preferred_element_type=jnp.float32
+    )
     return acc, m, jnp.sum(p, axis=-1, keepdims=True)
 
 
-def attention(q: Float[Array, "B N T H"], keys, extra_keys=None) -> Float[Array, "B N T H"]:
-    """Softmax attention over `keys` = (k, v, mask), optionally merged with `extra_keys`.
+def _merge(partials):
+    """Combine partial softmaxes over disjoint key sets exactly (log-sum-exp)."""
+    if len(partials) == 1:
+        acc, _, total = partials[0]
+        return acc / total
+    top = functools.reduce(jnp.maximum, [m for _, m, _ in partials])
+    scales = [jnp.exp(m - top) for _, m, _ in partials]
+    acc = sum(a * c for (a, _, _), c in zip(partials, scales))
+    return acc / sum(t * c for (_, _, t), c in zip(partials, scales))
 
-    The merge combines the two partial softmaxes exactly (log-sum-exp); queries with no
-    valid extra key keep the plain result bit for bit.
+
+def attention(
+    q: Float[Array, "B N T H"], keys: list[_Keys], optional: _Keys | None = None
+) -> Float[Array, "B N T H"]:
+    """Softmax attention over the union of `keys`, and of `optional` where it has a valid key.
+
+    Queries with no valid `optional` key keep the result without it bit for bit (a masked
+    appended slot is exactly the clean forward).
     """
     b, n, t, h = q.shape
-    kv_heads = keys[0].shape[1]
+    kv_heads = keys[0].k.shape[1]
     qg = q.reshape(b, kv_heads, n // kv_heads, t, h)
-    acc, m, total = _attend(qg, *keys)
-    out = acc / total
-    if extra_keys is not None:
-        acc_e, m_e, total_e = _attend(qg, *extra_keys)
-        m_all = jnp.maximum(m, m_e)
-        a, c = jnp.exp(m - m_all), jnp.exp(m_e - m_all)
-        merged = (acc * a + acc_e * c) / (total * a + total_e * c)
-        has_extra = jnp.any(extra_keys[2], axis=-1)[:, None, None, :, None]
-        out = jnp.where(has_extra, merged, out)
+    partials = [_partial(qg, k) for k in keys]
+    out = _merge(partials)
+    if optional is not None:
+        with_optional = _merge(partials + [_partial(qg, optional)])
+        has = jnp.any(optional.mask, axis=-1)[:, None, None, :, None]
+        out = jnp.where(has, with_optional, out)
     return out.reshape(b, n, t, h).astype(q.dtype)
 
 
@@ -211,17 +274,17 @@ def mlp(lp: dict, x: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
 class _Context:
     """Per-call masks and positions shared by every layer."""
 
-    positions: Int[Array, "B T"] | None
+    rope: tuple[Array, Array] | None  # cos, sin of the main stream's positions
     keys_valid: Bool[Array, "B S"]  # which key slots hold real tokens after this call
     key_mask: Bool[Array, "B T S"] | None  # main queries -> main keys
-    extra_positions: Int[Array, "B E"] | None = None
+    extra_rope: tuple[Array, Array] | None = None
     extra_key_mask: Bool[Array, "B E S"] | None = None  # appended queries -> main keys
     extra_self_mask: Bool[Array, "B E E"] | None = None  # appended queries -> appended keys
     extra_seen_mask: Bool[Array, "B T E"] | None = None  # main queries -> cached appended keys
     index: Int[Array, ""] | None = None  # cache write slot
 
 
-def _context(tokens_mask, positions, cache, iv) -> _Context:
+def _context(cfg, tokens_mask, positions, cache, iv) -> _Context:
     """Masks for this call. `tokens_mask` None: only appended slots run, against the cache."""
     if cache is None:
         t = tokens_mask.shape[1]
@@ -235,15 +298,20 @@ def _context(tokens_mask, positions, cache, iv) -> _Context:
     key_mask = None
     if tokens_mask is not None:
         key_mask = keys_valid[:, None, :] & (slot[None, None, :] <= q_slot[None, :, None])
-    ctx = _Context(positions, keys_valid, key_mask, index=None if cache is None else cache.index)
+    inv_freq = rope_frequencies(cfg)
+    rope = None if positions is None else rope_table(positions, inv_freq)
+    ctx = _Context(rope, keys_valid, key_mask, index=None if cache is None else cache.index)
     b, s = keys_valid.shape
     if iv is not None and iv.extra_embeds is not None:
         em = iv.extra_mask.astype(bool)
         e = em.shape[1]
         # Appended slots follow the row's real tokens; a masked slot takes no position.
         base = jnp.sum(keys_valid, axis=1, keepdims=True)
+        if cache is not None and cache.prefix_mask is not None:
+            shared = jnp.sum(cache.prefix_mask, axis=1)
+            base += jnp.repeat(shared, b // shared.shape[0])[:, None]
         return ctx.replace(
-            extra_positions=base + jnp.cumsum(em, axis=1) - 1,
+            extra_rope=rope_table(base + jnp.cumsum(em, axis=1) - 1, inv_freq),
             extra_key_mask=jnp.broadcast_to(keys_valid[:, None, :], (b, e, s)),
             extra_self_mask=em[:, None, :] & jnp.tril(jnp.ones((e, e), bool))[None],
         )
@@ -253,42 +321,45 @@ def _context(tokens_mask, positions, cache, iv) -> _Context:
     return ctx
 
 
-def _block(lp, cfg, x, positions, inv_freq, attend):
+def _block(lp, cfg, x, rope, attend):
     """Pre-norm attention + MLP on one stream.
 
     `attend(q, k, v) -> (out, k, v)` attends with this stream's new keys and returns the
     keys to keep (written into the cache, for the main stream).
     """
     h = rms_norm(x, lp["attn_norm"], cfg.norm_eps)
-    q, k, v = _project_qkv(lp, cfg, h, positions, inv_freq)
+    q, k, v = _project_qkv(lp, cfg, h, rope)
     attn, k, v = attend(q, k, v)
     x = x + jnp.einsum("bnth,nhd->btd", attn, lp["o"].astype(x.dtype))
     return x + mlp(lp, rms_norm(x, lp["mlp_norm"], cfg.norm_eps)), k, v
 
 
-def _layer(lp, cfg, x, xe, ctx: _Context, kv, extra_kv, inv_freq):
+def _layer(lp, cfg, x, xe, ctx: _Context, kv, extra_kv, prefix_kv):
     """One layer on the main stream x and the appended stream xe (either may be None).
 
-    Returns the new streams, the layer's main (k, v) and appended (k, v) for the cache.
+    kv / extra_kv / prefix_kv: this layer's cache sections (None when absent). Returns
+    the new streams and the layer's main (k, v) and appended (k, v) for the cache.
     """
+    shared = [] if prefix_kv is None else [_Keys(*prefix_kv, grouped=True)]
 
     def attend_main(q, k, v):
         if kv is not None:
             at = (0, 0, ctx.index, 0)
             k = jax.lax.dynamic_update_slice(kv[0], k, at)
             v = jax.lax.dynamic_update_slice(kv[1], v, at)
-        seen = None if ctx.extra_seen_mask is None else (*extra_kv, ctx.extra_seen_mask)
-        return attention(q, (k, v, ctx.key_mask), seen), k, v
+        seen = None if ctx.extra_seen_mask is None else _Keys(*extra_kv, ctx.extra_seen_mask)
+        return attention(q, [_Keys(k, v, ctx.key_mask)] + shared, seen), k, v
 
     def attend_extra(q, k, v):
-        # Appended slots see every real main key, and earlier appended slots.
-        return attention(q, (*kv, ctx.extra_key_mask), (k, v, ctx.extra_self_mask)), k, v
+        # Appended slots see every real earlier key, and earlier appended slots.
+        keys = [_Keys(*kv, ctx.extra_key_mask)] + shared + [_Keys(k, v, ctx.extra_self_mask)]
+        return attention(q, keys), k, v
 
     if x is not None:
-        x, k, v = _block(lp, cfg, x, ctx.positions, inv_freq, attend_main)
+        x, k, v = _block(lp, cfg, x, ctx.rope, attend_main)
         kv = (k, v)
     if xe is not None:
-        xe, ke, ve = _block(lp, cfg, xe, ctx.extra_positions, inv_freq, attend_extra)
+        xe, ke, ve = _block(lp, cfg, xe, ctx.extra_rope, attend_extra)
         extra_kv = (ke, ve)
     return x, xe, kv, extra_kv
 
@@ -315,19 +386,21 @@ def hidden_states(
     """
     iv = interventions
     mask = None if mask is None else mask.astype(bool)
-    ctx = _context(mask, positions, cache, iv)
-    inv_freq = rope_frequencies(cfg)
+    ctx = _context(cfg, mask, positions, cache, iv)
     x = None if tokens is None else params["embed"][tokens].astype(cfg.jnp_dtype)
-    xe = None if ctx.extra_positions is None else iv.extra_embeds.astype(cfg.jnp_dtype)
+    xe = None if ctx.extra_rope is None else iv.extra_embeds.astype(cfg.jnp_dtype)
     if xe is not None and cache is not None and cache.extra_k is None:
         raise ValueError("appended embeddings need a cache made with n_extra > 0")
     new_k, new_v, new_ek, new_ev, readout = [], [], [], [], None
     for i, lp in enumerate(params["layers"]):
-        kv = None if cache is None else (cache.k[i], cache.v[i])
-        extra_kv = (
-            None if cache is None or cache.extra_k is None else (cache.extra_k[i], cache.extra_v[i])
-        )
-        x, xe, kv, extra_kv = _layer(lp, cfg, x, xe, ctx, kv, extra_kv, inv_freq)
+        kv = extra_kv = prefix_kv = None
+        if cache is not None:
+            kv = (cache.k[i], cache.v[i])
+            if cache.extra_k is not None:
+                extra_kv = (cache.extra_k[i], cache.extra_v[i])
+            if cache.prefix_k is not None:
+                prefix_kv = (cache.prefix_k[i], cache.prefix_v[i], cache.prefix_mask)
+        x, xe, kv, extra_kv = _layer(lp, cfg, x, xe, ctx, kv, extra_kv, prefix_kv)
         x, xe = _steer(x, iv, i), _steer(xe, iv, i)
         if iv is not None and iv.readout_layer == i:
             readout = x

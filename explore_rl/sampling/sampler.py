@@ -1,11 +1,11 @@
 """Rollouts: group-shared prefill + KV-cache decode in one jitted `lax.while_loop`.
 
 Prompts are left-padded to a bucketed length L. The Q distinct prompts (one per prompt and
-steering route) are prefilled once; each of the B decode rows takes its prompt's cache by
-`source[b]`, so a group of G rollouts costs one prefill, not G. Appended embeddings (EDEN)
-come after the shared prompt and are run per row. Then every row writes slot L + t at step
-t: shapes never change. Positions come from the masks, so padding and masked slots take
-no position.
+steering route) are prefilled once and stay in the cache as a shared prefix: row b of the
+B = Q x G decode rows continues prompt b // G, so a group of G rollouts costs one prefill
+and reads its prompt's keys once per step, not G times. Appended embeddings (EDEN) come
+after the shared prompt and run per row. Every row then writes slot t at step t: shapes
+never change. Positions come from the masks, so padding and masked slots take none.
 
 Each sampled token records mu, its log-prob under the distribution it was drawn from:
 temperature tau[b, t] (a traced [B, T] table: a new schedule does not recompile), then
@@ -15,7 +15,7 @@ exact up to float32 rounding of the cumulative sums, and no noise for the whole 
 (drawing V uniforms per row costs more than the rest of the draw). Top-p / top-k look at
 the 256 most likely tokens and sort the full vocabulary only when a row needs more.
 
-    rollout = sample(params, cfg, prompts, prompt_mask, source, rng, temperature,
+    rollout = sample(params, cfg, prompts, prompt_mask, rng, temperature,   # [Q x G, T]
                      SamplingConfig(max_new_tokens=512, top_p=1.0, stop_ids=tok.stop_ids))
 
 Dimension letters: Q prefill rows, B decode rows, L prompt length, T new tokens, E
@@ -233,44 +233,38 @@ def _record(state: _State, choice: _Choice, stop_ids) -> _State:
     return state.replace(done=state.done | stopped, out=o)
 
 
-def _rows(iv: Interventions | None, index) -> Interventions | None:
-    """The interventions of rows `index` (steering only: slots are appended per row)."""
+def _steering(iv: Interventions | None, rows: slice) -> Interventions | None:
+    """Steering and readout of `rows`, without appended slots (those run once, per row)."""
     if iv is None:
         return None
-    steer = None if iv.steer is None else iv.steer[index]
+    steer = None if iv.steer is None else iv.steer[rows]
     return Interventions(steer=steer, steer_layer=iv.steer_layer, readout_layer=iv.readout_layer)
 
 
-def prefill(params, cfg, prompts, prompt_mask, source, iv, n_new: int):
-    """Prefill the Q distinct prompts once; give each decode row its prompt's cache.
+def prefill(params, cfg, prompts, prompt_mask, iv, batch: int, n_new: int):
+    """Prefill the Q prompts once; rows b of the batch decode from prompt b // (B / Q).
 
-    Returns the B-row cache (with room for n_new tokens and any appended slots), the last
-    hidden state per row, and the number of positions each row's prompt (+ slots) takes.
+    Returns the decode cache (the prompts as its shared prefix, n_new slots per row, any
+    appended slots filled), the last hidden state per row, and the positions taken so far.
     """
-    q, length = prompts.shape
-    b = source.shape[0]
-    # A prefill row's steering is that of any row decoding from it (one route per row).
-    first_row = jnp.argmax(source[None, :] == jnp.arange(q)[:, None], axis=1)
+    q = prompts.shape[0]
+    if batch % q:
+        raise ValueError(f"{batch} rows are not a whole number of groups of the {q} prompts")
+    group = batch // q
+    # Rows of a group share a prompt's prefill, so they must share its steering route.
     pre = transformer.hidden_states(
         params,
         cfg,
         prompts,
         transformer.positions_from_mask(prompt_mask),
         prompt_mask,
-        transformer.init_cache(cfg, q, length),
-        _rows(iv, first_row),
+        transformer.init_cache(cfg, q, prompts.shape[1]),
+        _steering(iv, slice(None, None, group)),
     )
     n_extra = 0 if iv is None or iv.extra_embeds is None else iv.extra_embeds.shape[1]
-    cache = transformer.init_cache(cfg, b, length + n_new, n_extra)
-    grow = lambda new, c: new.at[:, :, :length].set(c[source])  # noqa: E731
-    cache = cache.replace(
-        k=[grow(n, c) for n, c in zip(cache.k, pre.cache.k)],
-        v=[grow(n, c) for n, c in zip(cache.v, pre.cache.v)],
-        mask=cache.mask.at[:, :length].set(prompt_mask[source]),
-        index=jnp.asarray(length, jnp.int32),
-    )
-    last = pre.hidden[:, -1][source]
-    used = jnp.sum(prompt_mask, axis=1)[source].astype(jnp.int32)
+    cache = transformer.init_cache(cfg, batch, n_new, n_extra, prefix=pre.cache)
+    last = jnp.repeat(pre.hidden[:, -1], group, axis=0)
+    used = jnp.repeat(jnp.sum(prompt_mask, axis=1), group).astype(jnp.int32)
     if n_extra:
         slots = transformer.hidden_states(
             params,
@@ -279,7 +273,9 @@ def prefill(params, cfg, prompts, prompt_mask, source, iv, n_new: int):
             None,
             None,
             cache,
-            _rows(iv, slice(None)).replace(extra_embeds=iv.extra_embeds, extra_mask=iv.extra_mask),
+            _steering(iv, slice(None)).replace(
+                extra_embeds=iv.extra_embeds, extra_mask=iv.extra_mask
+            ),
         )
         em = iv.extra_mask.astype(bool)
         final = jnp.max(jnp.where(em, jnp.arange(n_extra), 0), axis=1)
@@ -295,17 +291,18 @@ def sample(
     cfg: ModelConfig,
     prompts: Int[Array, "Q L"],
     prompt_mask: Bool[Array, "Q L"],
-    source: Int[Array, " B"],
     rng: jax.Array,
     temperature: Float[Array, "B T"],
     config: SamplingConfig,
     interventions: Interventions | None = None,
 ) -> Rollout:
-    """Sample `config.max_new_tokens` tokens for each row b from prompt `source[b]`.
+    """Sample `config.max_new_tokens` tokens for each of the B rows of `temperature`.
 
-    `interventions` are per decode row: appended slots [B, E, D] with their mask, a
-    steering vector [B, D] (rows sharing a prompt must share it: give them one source per
-    route), and `readout_layer` to record that block's output at every response token.
+    Row b continues prompt b // G, G = B / Q: a group of G rollouts shares one prefill
+    and reads its prompt's keys once per step. `interventions` are per row: appended
+    slots [B, E, D] with their mask, a steering vector [B, D] (a group's rows share one
+    prefill, so they must share one route: give each (prompt, route) its own prompt row),
+    and `readout_layer` to record that block's output at every response token.
     """
     b, n_new = temperature.shape
     if n_new != config.max_new_tokens:
@@ -313,7 +310,7 @@ def sample(
             f"temperature table has {n_new} positions, max_new_tokens is {config.max_new_tokens}"
         )
     prompt_mask = prompt_mask.astype(bool)
-    cache, last, position = prefill(params, cfg, prompts, prompt_mask, source, interventions, n_new)
+    cache, last, position = prefill(params, cfg, prompts, prompt_mask, interventions, b, n_new)
     uniforms = jax.random.uniform(rng, (n_new, b))
     readout = interventions is not None and interventions.readout_layer is not None
     empty = jnp.zeros((b, n_new), jnp.float32)
@@ -334,7 +331,7 @@ def sample(
     )
     first = choose(transformer.lm_logits(params, cfg, last), temperature[:, 0], uniforms[0], config)
     state = _record(state, first, config.stop_ids)
-    steer = _rows(interventions, slice(None))
+    steer = _steering(interventions, slice(None))
 
     def cond(s: _State):
         return (s.step + 1 < n_new) & ~jnp.all(s.done)
@@ -382,7 +379,6 @@ def greedy(
         cfg,
         tokens,
         mask,
-        jnp.arange(b),
         jax.random.key(0),
         jnp.zeros((b, max_new_tokens)),
         SamplingConfig(max_new_tokens, stop_ids=stop_ids),
@@ -416,8 +412,3 @@ def left_pad(rows: list[list[int]], pad_id: int, length: int | None = None):
         tokens[i, length - len(r) :] = r
         mask[i, length - len(r) :] = True
     return jnp.asarray(tokens), jnp.asarray(mask)
-
-
-def group_sources(num_prompts: int, group_size: int) -> Int[Array, " B"]:
-    """`source` for G consecutive rows per prompt: [0]*G + [1]*G + ..."""
-    return jnp.repeat(jnp.arange(num_prompts, dtype=jnp.int32), group_size)
