@@ -112,10 +112,12 @@ def bench_sample(args) -> dict:
     sc = sampler.SamplingConfig(PEER_NEW)  # no stop ids: 32 tokens forced, as the peers
     keys = iter(jax.random.split(jax.random.key(0), 100))
     run = lambda: sampler.sample(params, cfg, tokens, mask, next(keys), tau, sc).tokens  # noqa: E731
-    pre = jax.jit(lambda p: sampler.prefill(p, cfg, tokens, mask, None, b, PEER_NEW)[1])
+    pre = jax.jit(lambda p, t, m: sampler.prefill(p, cfg, t, m, None, b, PEER_NEW)[1])
+    each = jnp.repeat(tokens, PEER_GROUP, axis=0), jnp.repeat(mask, PEER_GROUP, axis=0)
     peak = matmul_peak("float32")
     total = _time(run, reps=args.reps)
-    prefill_s = _time(pre, params, reps=args.reps)
+    prefill_s = _time(pre, params, tokens, mask, reps=args.reps)
+    unshared_s = _time(pre, params, *each, reps=args.reps)  # one prefill per row
     flops = sample_flops(cfg, int(mask.sum()), b, tokens.shape[1], PEER_NEW)
     result = {
         "bench": "sample",
@@ -126,6 +128,7 @@ def bench_sample(args) -> dict:
         "seconds": round(total, 3),
         "prefill_s": round(prefill_s, 3),
         "decode_s": round(total - prefill_s, 3),
+        "prefill_unshared_s": round(unshared_s, 3),
         "tokens_per_s": round(b * PEER_NEW / total, 1),
         "fraction_of_peak": round(flops / total / peak, 3),
         "matmul_peak_gflops": round(peak / 1e9, 1),
