@@ -11,6 +11,7 @@ from explore_rl.models.transformer import forward, positions_from_mask
 from explore_rl.sampling.sampler import greedy, left_pad
 
 jax.config.update("jax_default_matmul_precision", "highest")
+pytestmark = pytest.mark.slow  # the real 135M model and transformers' GGUF loader
 
 TEXTS = [
     "Hello world",

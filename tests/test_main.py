@@ -5,20 +5,36 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow  # subprocesses that load the embedded model
+
 
 def run_main(*args, timeout=600):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    return subprocess.run([sys.executable, "-m", "explore_rl.main", *args], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "explore_rl.main", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_sample_mode_writes_samples(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"question": "What is 2 + 2?"}\n{"question": "What is 3 + 5?"}\n')
-    out = run_main("--config", "configs/base.py", "--workdir", str(tmp_path / "run"),
-                   "--config.sample.prompt_file", str(prompts),
-                   "--config.sample.samples_per_prompt=3", "--config.sample.temperature=1.0",
-                   "--config.sample.max_new_tokens=8")
+    out = run_main(
+        "--config",
+        "configs/base.py",
+        "--workdir",
+        str(tmp_path / "run"),
+        "--config.sample.prompt_file",
+        str(prompts),
+        "--config.sample.samples_per_prompt=3",
+        "--config.sample.temperature=1.0",
+        "--config.sample.max_new_tokens=8",
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(x) for x in open(tmp_path / "run" / "samples" / "sample.jsonl")]
     assert [r["prompt"] for r in rows] == ["What is 2 + 2?"] * 3 + ["What is 3 + 5?"] * 3

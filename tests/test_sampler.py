@@ -152,35 +152,18 @@ def test_masked_slot_and_zero_steering_sample_the_same_tokens(tiny):
     b = Q * G
     tau = jnp.ones((b, T))
     sc = SamplingConfig(T)
-    plain = sample(params, cfg, prompts, pmask, jax.random.key(9), tau, sc)
+    run = lambda iv=None: sample(params, cfg, prompts, pmask, jax.random.key(9), tau, sc, iv)  # noqa: E731
+    plain = run()
     slot_mask = (jnp.arange(b) % G == 0)[:, None]  # one noisy row per group
     embeds = 3.0 * jax.random.normal(jax.random.key(10), (b, 1, cfg.d_model))
-    noisy = sample(
-        params,
-        cfg,
-        prompts,
-        pmask,
-        jax.random.key(9),
-        tau,
-        sc,
-        Interventions(extra_embeds=embeds, extra_mask=slot_mask),
-    )
+    noisy = run(Interventions(extra_embeds=embeds, extra_mask=slot_mask))
     clean = ~np.asarray(slot_mask[:, 0])
     np.testing.assert_array_equal(np.asarray(noisy.tokens)[clean], np.asarray(plain.tokens)[clean])
     np.testing.assert_array_equal(
         np.asarray(noisy.logprobs)[clean], np.asarray(plain.logprobs)[clean]
     )
     assert (np.asarray(noisy.tokens)[~clean] != np.asarray(plain.tokens)[~clean]).any()
-    zero = sample(
-        params,
-        cfg,
-        prompts,
-        pmask,
-        jax.random.key(9),
-        tau,
-        sc,
-        Interventions(steer=jnp.zeros((b, cfg.d_model)), steer_layer=0),
-    )
+    zero = run(Interventions(steer=jnp.zeros((b, cfg.d_model)), steer_layer=0))
     np.testing.assert_array_equal(np.asarray(zero.tokens), np.asarray(plain.tokens))
     np.testing.assert_array_equal(np.asarray(zero.logprobs), np.asarray(plain.logprobs))
 
