@@ -41,6 +41,17 @@ def test_folder_without_weights(hf_folder, tmp_path):
     _one_line_error(weights.load_hf, folder, contains=(folder, "no *.safetensors"))
 
 
+def test_index_naming_a_missing_shard(tmp_path):
+    make_hf_checkpoint(tmp_path, "llama", max_shard_size="20KB")
+    shards = sorted(p for p in os.listdir(tmp_path) if p.endswith(".safetensors"))
+    os.remove(tmp_path / shards[-1])
+    _one_line_error(
+        weights.load_hf,
+        str(tmp_path),
+        contains=("model.safetensors.index.json", shards[-1], "not in the folder"),
+    )
+
+
 def test_folder_without_config(tmp_path):
     _one_line_error(weights.load_hf, str(tmp_path), contains=(str(tmp_path), "config.json"))
 

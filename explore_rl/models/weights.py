@@ -154,12 +154,27 @@ def _read_safetensor(entry: tuple) -> np.ndarray:
     return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
 
 
-def load_hf(folder: str, place: Place | None = None, **cfg_overrides):
-    """Params and config from a HF folder (config.json + one or many *.safetensors)."""
-    cfg = presets.from_hf_config(folder, **cfg_overrides)
+def _safetensors_files(folder: str) -> list[str]:
+    """The shards the index names (when there is one), else every *.safetensors file."""
+    index_path = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.exists(index_path):
+        with open(index_path) as f:
+            names = sorted(set(json.load(f)["weight_map"].values()))
+        files = [os.path.join(folder, n) for n in names]
+        missing = [n for n, f in zip(names, files) if not os.path.exists(f)]
+        if missing:
+            raise ValueError(f"{index_path}: lists shards that are not in the folder: {missing}")
+        return files
     files = sorted(glob.glob(os.path.join(folder, "*.safetensors")))
     if not files:
         raise ValueError(f"{folder}: no *.safetensors weights in the folder")
+    return files
+
+
+def load_hf(folder: str, place: Place | None = None, **cfg_overrides):
+    """Params and config from a HF folder (config.json + one or many *.safetensors)."""
+    cfg = presets.from_hf_config(folder, **cfg_overrides)
+    files = _safetensors_files(folder)
     index: dict[str, tuple] = {}
     for f in files:
         index.update(_safetensors_index(f))
