@@ -1,0 +1,60 @@
+"""Advantage estimators over groups of rollouts, registered by name.
+
+Rewards come as [P, G]: P prompts, G rollouts each. Every estimator returns [P, G]
+advantages, one per rollout (broadcast over its tokens by the loss). A group whose rewards
+are all equal gets advantage 0 (finite, never NaN).
+
+    advantages = ADVANTAGES[config.rl.advantage](rewards)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+Estimator = Callable[[Float[Array, "P G"]], Float[Array, "P G"]]
+ADVANTAGES: dict[str, Estimator] = {}
+EPS = 1e-6
+
+
+def register(name: str):
+    def add(fn: Estimator) -> Estimator:
+        ADVANTAGES[name] = fn
+        return fn
+
+    return add
+
+
+def _std(x: Array, axis=None) -> Array:
+    # Unbiased (n - 1), as torch.std in TRL and verl, so numbers compare across codebases.
+    return jnp.std(x, axis=axis, ddof=1, keepdims=axis is not None)
+
+
+@register("grpo")
+def grpo(rewards: Float[Array, "P G"]) -> Float[Array, "P G"]:
+    """A_i = (r_i - mean(r)) / (std(r) + eps) within each group (Shao et al. 2024,
+    DeepSeekMath, Sec. 4.1.2 outcome supervision)."""
+    centred = rewards - jnp.mean(rewards, axis=1, keepdims=True)
+    return centred / (_std(rewards, axis=1) + EPS)
+
+
+@register("dr_grpo")
+def dr_grpo(rewards: Float[Array, "P G"]) -> Float[Array, "P G"]:
+    """A_i = r_i - mean(r): no std division, which up-weights near-solved and near-failed
+    groups (Liu et al. 2025, "Understanding R1-Zero-Like Training", Sec. 3.1)."""
+    return rewards - jnp.mean(rewards, axis=1, keepdims=True)
+
+
+@register("batch")
+def batch_normalised(rewards: Float[Array, "P G"]) -> Float[Array, "P G"]:
+    """A_i = (r_i - mean(group)) / std(batch): group mean, batch-level std (Liu et al. 2025,
+    "Tricks or Traps? A Deep Dive into RL for LLM Reasoning", Sec. 4.1)."""
+    centred = rewards - jnp.mean(rewards, axis=1, keepdims=True)
+    return centred / (_std(rewards) + EPS)
+
+
+def zero_advantage_groups(rewards: Float[Array, "P G"]) -> Array:
+    """Which groups teach nothing: every rollout got the same reward."""
+    return jnp.all(rewards == rewards[:, :1], axis=1)

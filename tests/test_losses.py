@@ -1,0 +1,161 @@
+"""Advantages and losses against hand-computed values."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from explore_rl.rl import advantages as adv
+from explore_rl.rl.losses import LossConfig, LossInputs, kl_k3, normaliser, policy_loss
+
+REWARDS = jnp.array([[1.0, 0, 0, 1], [1, 1, 1, 1], [0, 0, 0, 1]])
+
+
+def test_grpo_dr_grpo_and_batch_advantages():
+    a = adv.ADVANTAGES["grpo"](REWARDS)
+    s = 1 / math.sqrt(1 / 3)  # group 0: mean 0.5, unbiased std sqrt(1/3)
+    np.testing.assert_allclose(a[0], [0.5 * s, -0.5 * s, -0.5 * s, 0.5 * s], rtol=1e-5)
+    np.testing.assert_array_equal(a[1], [0, 0, 0, 0])  # constant group: 0, finite
+    np.testing.assert_allclose(a[2], [-0.5, -0.5, -0.5, 1.5], rtol=1e-5)  # std 0.5
+    np.testing.assert_allclose(adv.ADVANTAGES["dr_grpo"](REWARDS)[2], [-0.25, -0.25, -0.25, 0.75])
+    batch_std = math.sqrt((7 * (5 / 12) ** 2 + 5 * (7 / 12) ** 2) / 11)
+    np.testing.assert_allclose(
+        adv.ADVANTAGES["batch"](REWARDS)[2],
+        np.array([-0.25, -0.25, -0.25, 0.75]) / batch_std,
+        rtol=1e-5,
+    )
+    np.testing.assert_array_equal(adv.zero_advantage_groups(REWARDS), [False, True, False])
+
+
+def inputs(ratios, advantages, mask, **kw):
+    old = jnp.zeros_like(jnp.asarray(ratios, jnp.float32))
+    return LossInputs(
+        logp=jnp.log(jnp.asarray(ratios, jnp.float32)),
+        old_logp=old,
+        advantages=jnp.asarray(advantages, jnp.float32),
+        mask=jnp.asarray(mask, bool),
+        **kw,
+    )
+
+
+RATIOS = [[0.5, 0.9, 1.0, 1.5], [0.5, 0.9, 1.0, 1.5]]
+MASK = [[1, 1, 1, 1], [1, 1, 0, 0]]
+# A = +1: -min(r, clip(r)) = [-0.5, -0.9, -1, -1.28]; A = -1: max(r, clip(r)) = [0.8, 0.9]
+ROW0, ROW1 = -0.5 - 0.9 - 1.0 - 1.28, 0.8 + 0.9
+
+
+@pytest.mark.parametrize(
+    "aggregation,max_len,expected",
+    [
+        ("token_mean", 0, (ROW0 + ROW1) / 6),
+        ("seq_mean_token_mean", 0, (ROW0 / 4 + ROW1 / 2) / 2),
+        ("seq_mean_token_sum_norm", 0, (ROW0 + ROW1) / 8),
+        ("seq_mean_token_sum_norm", 16, (ROW0 + ROW1) / 32),
+    ],
+)
+def test_ppo_clip_aggregations(aggregation, max_len, expected):
+    config = LossConfig(aggregation=aggregation, max_response_len=max_len)
+    loss, m = policy_loss(config, inputs(RATIOS, [1, -1], MASK))
+    np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
+    np.testing.assert_allclose(float(m["policy/clip_frac_low"]), 1 / 6, rtol=1e-6)  # r=.5, A<0
+    np.testing.assert_allclose(float(m["policy/clip_frac_high"]), 1 / 6, rtol=1e-6)  # r=1.5, A>0
+
+
+def test_micro_batches_sum_to_the_full_batch_loss():
+    config = LossConfig(aggregation="seq_mean_token_mean")
+    x = inputs(RATIOS, [1, -1], MASK)
+    n = normaliser(config, x)
+    halves = [jax.tree.map(lambda a, i=i: a[i : i + 1], x) for i in range(2)]
+    total = sum(float(policy_loss(config, h, n)[0]) for h in halves)
+    np.testing.assert_allclose(total, float(policy_loss(config, x)[0]), rtol=1e-6)
+
+
+def test_dual_clip_bounds_negative_advantages():
+    loss, _ = policy_loss(LossConfig(dual_clip=3.0), inputs([[4.0]], [-1], [[1]]))
+    assert float(loss) == pytest.approx(3.0)  # max(4, 1.28) = 4, capped at 3
+    loss, _ = policy_loss(LossConfig(), inputs([[4.0]], [-1], [[1]]))
+    assert float(loss) == pytest.approx(4.0)
+
+
+def test_tis_weight_values_and_no_gradient():
+    mu = -jnp.log(jnp.array([[0.5, 1.0, 3.0, 2.5]]))  # pi_old / mu = [0.5, 1, 3, 2.5]
+    config = LossConfig(tis_cap=2.0)
+    x = inputs([[1.0, 1.0, 1.0, 1.0]], [1.0], [[1, 1, 1, 1]], behaviour_logp=mu)
+    loss, m = policy_loss(config, x)
+    w = np.array([0.5, 1.0, 2.0, 2.0])
+    np.testing.assert_allclose(float(loss), -w.mean(), rtol=1e-6)  # ratio 1: loss = -A w
+    np.testing.assert_allclose(float(m["tis/mean"]), w.mean(), rtol=1e-6)
+    np.testing.assert_allclose(float(m["tis/max"]), 2.0, rtol=1e-6)
+    np.testing.assert_allclose(float(m["tis/clipped_frac"]), 0.5)
+    grad_mu = jax.grad(lambda b: policy_loss(config, x.replace(behaviour_logp=b))[0])(mu)
+    np.testing.assert_array_equal(grad_mu, 0.0)
+
+
+def test_loss_weights_drop_and_scale_rows():
+    x = inputs(RATIOS, [1, -1], MASK)
+    dropped, _ = policy_loss(LossConfig(), x.replace(weights=jnp.array([1.0, 0.0])))
+    np.testing.assert_allclose(float(dropped), ROW0 / 4, rtol=1e-5)  # row 1 leaves the mean
+    scaled, _ = policy_loss(LossConfig(), x.replace(weights=jnp.array([1.0, 0.5])))
+    np.testing.assert_allclose(float(scaled), (ROW0 + 0.5 * ROW1) / 6, rtol=1e-5)
+
+
+def test_gspo_sequence_ratio():
+    logp = jnp.array([[0.1, 0.3, 9.0], [-0.1, -0.3, 9.0]])  # third token masked
+    x = LossInputs(
+        logp=logp,
+        old_logp=jnp.zeros_like(logp),
+        advantages=jnp.array([1.0, -1.0]),
+        mask=jnp.array([[1, 1, 0], [1, 1, 0]], bool),
+    )
+    loss, m = policy_loss(LossConfig(policy="gspo", aggregation="seq_mean_token_mean"), x)
+    # s = exp(+-0.2), far outside [1 - 3e-4, 1 + 4e-4]: both rows clipped
+    np.testing.assert_allclose(float(loss), (-(1 + 4e-4) + (1 - 3e-4)) / 2, atol=1e-6)
+    assert float(m["policy/clip_frac_low"]) == 0.5 and float(m["policy/clip_frac_high"]) == 0.5
+    with pytest.raises(ValueError, match="sequence-level"):
+        LossConfig(policy="gspo")
+
+
+def test_entropy_bonus_and_kl_to_reference():
+    x = inputs(
+        [[1.0, 1.0]],
+        [0.0],
+        [[1, 1]],
+        entropy=jnp.array([[2.0, 4.0]]),
+        ref_logp=jnp.log(jnp.array([[0.5, 1.0]])),
+    )
+    loss, m = policy_loss(LossConfig(entropy_coef=0.1, kl_coef=0.5), x)
+    k3 = 0.5 - math.log(0.5) - 1  # exp(r) - r - 1 at r = log 0.5; 0 for the second token
+    np.testing.assert_allclose(float(loss), -0.1 * 3.0 + 0.5 * k3 / 2, rtol=1e-5)
+    np.testing.assert_allclose(float(m["policy/entropy"]), 3.0)
+    np.testing.assert_allclose(
+        float(kl_k3(jnp.log(0.5), jnp.log(0.25))), 0.5 + math.log(2) - 1, rtol=1e-6
+    )
+
+
+def test_on_policy_unclipped_gradient_is_reinforce():
+    """With pi_old = pi_theta (stopped), grad of the token-mean loss = -mean A grad log pi."""
+    theta = jax.random.normal(jax.random.key(0), (3, 5))  # logits of 3 rows x 5 actions
+    actions = jnp.array([[1], [4], [2]])
+    a = jnp.array([1.5, -0.5, 0.2])
+
+    def logp(t):
+        return jnp.take_along_axis(jax.nn.log_softmax(t), actions, axis=1)
+
+    def loss(t):
+        lp = logp(t)
+        x = LossInputs(
+            logp=lp, old_logp=jax.lax.stop_gradient(lp), advantages=a, mask=jnp.ones((3, 1), bool)
+        )
+        return policy_loss(LossConfig(), x)[0]
+
+    reinforce = jax.grad(lambda t: -jnp.mean(a[:, None] * logp(t)))(theta)
+    np.testing.assert_allclose(jax.grad(loss)(theta), reinforce, rtol=1e-6, atol=1e-7)
+
+
+def test_bad_loss_config():
+    with pytest.raises(ValueError, match="aggregation='mean'"):
+        LossConfig(aggregation="mean")
+    with pytest.raises(ValueError, match="dual_clip=0.5"):
+        LossConfig(dual_clip=0.5)
