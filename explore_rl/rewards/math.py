@@ -1,0 +1,191 @@
+"""Verifiable math rewards: answer extraction, equivalence, and a pool that never hangs.
+
+Extraction (first method that finds something, in the configured order):
+- "boxed": the content of the last \\boxed{...} (or \\fbox{...}), braces balanced;
+- "hash": what follows the last "####" (GSM8K solutions);
+- "last_number": the last number in the text (commas removed).
+
+Equivalence: equal after light normalisation, or equal as numbers, or equal by
+math-verify (sympy) on the two answers read as LaTeX: 1/2, 0.5 and \\frac{1}{2} agree.
+
+`Verifier` scores in worker processes (spawned, so the JAX parent is never forked), each
+item under its own timer; an item over time scores 0 and is counted. If a worker ignores
+its timer (stuck in C code), the pool is killed and rebuilt: a run never waits forever.
+
+    with Verifier(workers=2, timeout=5.0) as v:
+        rewards, timeouts = v.score([(response, reference), ...])
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing
+import re
+import signal
+import time
+from collections.abc import Callable, Sequence
+
+EXTRACTORS = ("boxed", "hash", "last_number")
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last \\boxed{...} / \\fbox{...}, with nested braces."""
+    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
+    if start < 0:
+        return None
+    i = text.index("{", start) + 1
+    depth, j = 1, i
+    while j < len(text) and depth:
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        j += 1
+    return text[i : j - 1].strip() if depth == 0 else None
+
+
+def after_hash(text: str) -> str | None:
+    """What follows the last '####' (GSM8K), up to the end of its line."""
+    if "####" not in text:
+        return None
+    return text.rsplit("####", 1)[1].strip().split("\n")[0].strip() or None
+
+
+def last_number(text: str) -> str | None:
+    found = _NUMBER.findall(text)
+    return found[-1].replace(",", "") if found else None
+
+
+_EXTRACT: dict[str, Callable[[str], str | None]] = {
+    "boxed": last_boxed,
+    "hash": after_hash,
+    "last_number": last_number,
+}
+
+
+def extract_answer(text: str, methods: Sequence[str] = ("boxed", "last_number")) -> str | None:
+    for m in methods:
+        if m not in _EXTRACT:
+            raise ValueError(f"answer extractor {m!r}: allowed {EXTRACTORS}")
+        found = _EXTRACT[m](text)
+        if found:
+            return found
+    return None
+
+
+def _normalise(s: str) -> str:
+    s = s.strip().strip("$").strip()
+    s = re.sub(r"\\text\{([^}]*)\}", r"\1", s)
+    s = s.replace("\\!", "").replace("\\,", "").replace("\\ ", "").replace(" ", "")
+    return s.rstrip(".").replace("dfrac", "frac").replace("tfrac", "frac")
+
+
+def _as_number(s: str) -> float | None:
+    try:
+        return float(s.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def equivalent(pred: str | None, ref: str) -> bool:
+    """Whether the extracted answer `pred` equals the reference answer `ref`."""
+    if pred is None:
+        return False
+    a, b = _normalise(pred), _normalise(ref)
+    if a == b:
+        return True
+    x, y = _as_number(a), _as_number(b)
+    if x is not None and y is not None:
+        return math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9)
+    from math_verify import parse, verify
+
+    # Timers are ours (the worker's), so math-verify's own signal timers are off.
+    gold = parse(f"${b}$", parsing_timeout=None)
+    target = parse(f"${a}$", parsing_timeout=None)
+    return bool(gold and target and verify(gold, target, timeout_seconds=None))
+
+
+def correct(response: str, reference: str, methods: Sequence[str] = ("boxed", "last_number")):
+    """The binary reward: the response's extracted answer equals the reference."""
+    return equivalent(extract_answer(response, methods), reference)
+
+
+def format_reward(response: str) -> float:
+    """1 when the response puts an answer in \\boxed{} (the instruction's format)."""
+    return float(last_boxed(response) is not None)
+
+
+# ----------------------------------------------------------------------------- the pool
+
+
+class _ItemTimeout(Exception):
+    pass
+
+
+def _on_alarm(signum, frame):
+    raise _ItemTimeout
+
+
+def _init_worker():
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    signal.signal(signal.SIGALRM, _on_alarm)
+
+
+def _score_one(fn, args, timeout: float) -> tuple[float, bool]:
+    """(reward, timed out) for one item, under a real-time timer in the worker."""
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        return float(fn(*args)), False
+    except _ItemTimeout:
+        return 0.0, True
+    except Exception:  # a verifier crash on odd input is a wrong answer, not a dead run
+        return 0.0, False
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+class Verifier:
+    """Scores (prediction, reference) pairs in a process pool with per-item timeouts."""
+
+    def __init__(self, workers: int = 2, timeout: float = 5.0, fn: Callable = correct):
+        if workers < 1 or timeout <= 0:
+            raise ValueError(f"workers={workers} must be >= 1 and timeout={timeout} > 0")
+        self.workers, self.timeout, self.fn = workers, timeout, fn
+        self.timeouts_total = 0
+        self._pool = None
+
+    def _start(self):
+        ctx = multiprocessing.get_context("spawn")
+        self._pool = ctx.Pool(self.workers, initializer=_init_worker)
+
+    def close(self):
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def score(self, items: Sequence[tuple]) -> tuple[list[float], int]:
+        """Rewards for argument tuples of `fn`, and how many items timed out."""
+        if self._pool is None:
+            self._start()
+        jobs = [self._pool.apply_async(_score_one, (self.fn, args, self.timeout)) for args in items]
+        # Each item has its own timer; the batch as a whole gets the time its share of
+        # items needs plus slack, after which unfinished items count as timed out.
+        deadline = time.monotonic() + self.timeout * (len(items) / self.workers + 2) + 5
+        rewards, timeouts, stuck = [], 0, False
+        for job in jobs:
+            try:
+                reward, late = job.get(timeout=max(deadline - time.monotonic(), 0.01))
+            except multiprocessing.TimeoutError:
+                reward, late, stuck = 0.0, True, True
+            rewards.append(reward)
+            timeouts += late
+        if stuck:  # a worker ignored its timer: start from fresh processes
+            self.close()
+        self.timeouts_total += timeouts
+        return rewards, timeouts
