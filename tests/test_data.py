@@ -1,5 +1,7 @@
 """The arithmetic task."""
 
+import os
+
 import pytest
 
 from explore_rl.data import tasks
@@ -16,3 +18,46 @@ def test_arithmetic_is_deterministic_exact_and_split():
     assert not train & test and len(train) + len(test) == 100  # 1-digit a + b: 100 in all
     with pytest.raises(ValueError, match="ops='/'"):
         tasks.make_arithmetic(1, ops="/")
+
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+COUNTS = {
+    "gsm8k": 1319,
+    "math500": 500,
+    "aime24": 30,
+    "amc23": 40,
+    "minerva_math": 272,
+    "olympiadbench": 675,
+    "gaokao2023en": 383,
+}
+
+
+@pytest.mark.skipif(not os.path.isdir(DATA), reason="../shared/data is not beside the repo")
+def test_jsonl_presets_read_the_shared_benchmarks(caplog):
+    for name, n in COUNTS.items():
+        problems = tasks.read_jsonl(
+            os.path.join(DATA, name, "test.jsonl"), tasks.JSONL_PRESETS[name]
+        )
+        assert len(problems) == n, name
+    gsm = tasks.read_jsonl(os.path.join(DATA, "gsm8k", "test.jsonl"), tasks.JSONL_PRESETS["gsm8k"])
+    assert gsm[0].question.startswith("Janet") and gsm[0].answer == "18"  # "#### 18"
+    amc = tasks.read_jsonl(os.path.join(DATA, "amc23", "test.jsonl"), tasks.JSONL_PRESETS["amc23"])
+    assert amc[0].answer == "27"  # stored as the float 27.0
+    assert "skipped 2 rows" in caplog.text and "[168, 193]" in caplog.text  # gaokao's blanks
+
+
+def test_jsonl_errors_name_the_line(tmp_path):
+    path = tmp_path / "d.jsonl"
+    spec = tasks.JsonlSpec("q", "a", "hash")
+    path.write_text('{"q": "1+1", "a": "#### 2"}\n{"q": "2+2", "a": "4"}\n')
+    with pytest.raises(ValueError, match=r"d.jsonl:2: empty question or no hash answer"):
+        tasks.read_jsonl(str(path), spec, strict=True)
+    assert tasks.read_jsonl(str(path), spec) == [tasks.Problem("1+1", "2")]
+    path.write_text('{"q": "1+1", "a": "#### 2"}\n{"q": "oops"\n')
+    with pytest.raises(ValueError, match=r"d.jsonl:2: not valid JSON"):
+        tasks.read_jsonl(str(path), spec)
+    path.write_text('{"question": "1+1", "a": "2"}\n')
+    with pytest.raises(
+        ValueError, match=r"d.jsonl:1: no field 'q' \(fields: \['a', 'question'\]\)"
+    ):
+        tasks.read_jsonl(str(path), spec)

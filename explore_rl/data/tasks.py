@@ -1,20 +1,32 @@
-"""The embedded default task: arithmetic questions with exact integer answers.
+"""Tasks: the embedded arithmetic questions, and JSONL datasets with presets.
+
+The embedded default task: arithmetic questions with exact integer answers.
 
 Deterministic from a seed. Each expression belongs to one split by a hash of its text
 (20% test), so train and test never share a question; within a split, questions repeat only
 once the split's distinct questions are used up (e.g. 1-digit + 1-digit has 100 in all).
 
     make_arithmetic(8, seed=0, num_operands=2, min_digits=1, max_digits=2, ops="+-")
+
+JSONL datasets name their question and answer fields differently, and some keep the answer
+inside a solution; a `JsonlSpec` says where to look, and `JSONL_PRESETS` covers the files
+in ../shared/data:
+
+    read_jsonl("../shared/data/gsm8k/test.jsonl", JSONL_PRESETS["gsm8k"])
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
+import logging
 import operator
 import zlib
 
 import numpy as np
+
+from explore_rl.rewards.math import after_hash, last_boxed
 
 _OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 _SPLITS = ("train", "test")
@@ -84,3 +96,79 @@ def _evaluate(nums: list[int], signs: list[str]) -> int:
     for s, x in zip(pending, terms[1:]):
         total = _OPS[s](total, x)
     return total
+
+
+@dataclasses.dataclass(frozen=True)
+class JsonlSpec:
+    question_field: str = "question"
+    answer_field: str = "answer"
+    # How the reference answer is taken from the answer field: "field" (as is), "hash"
+    # (after '####'), "boxed" (last \boxed{}), "list" (first element of a list).
+    answer_from: str = "field"
+
+
+JSONL_PRESETS = {
+    "gsm8k": JsonlSpec("question", "answer", "hash"),
+    "math500": JsonlSpec("problem", "answer"),
+    "aime24": JsonlSpec("problem", "answer"),
+    "amc23": JsonlSpec("question", "answer"),
+    "minerva_math": JsonlSpec("problem", "solution", "boxed"),
+    "olympiadbench": JsonlSpec("question", "final_answer", "list"),
+    "gaokao2023en": JsonlSpec("question", "answer"),
+}
+
+
+def _reference(value, how: str) -> str | None:
+    if how == "list":
+        value = value[0] if isinstance(value, list) and value else None
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # AMC's 27.0 is the integer 27
+    text = str(value).strip()
+    if how == "hash":
+        return after_hash(text)
+    if how == "boxed":
+        return last_boxed(text)
+    return text.strip("$").strip() or None
+
+
+def read_jsonl(path: str, spec: JsonlSpec, strict: bool = False) -> list[Problem]:
+    """Problems from a JSONL file. Malformed JSON or a missing field is an error naming
+    the line; a row with an empty question or answer is skipped with a warning naming its
+    lines (an error when `strict`): real files have a few (gaokao2023en line 168)."""
+    if spec.answer_from not in ("field", "hash", "boxed", "list"):
+        raise ValueError(f"answer_from={spec.answer_from!r}: allowed field, hash, boxed, list")
+    problems, empty = [], []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not valid JSON ({e})") from None
+            for field in (spec.question_field, spec.answer_field):
+                if field not in row:
+                    raise ValueError(f"{path}:{n}: no field {field!r} (fields: {sorted(row)})")
+            question = str(row[spec.question_field]).strip()
+            answer = _reference(row[spec.answer_field], spec.answer_from)
+            if question and answer:
+                problems.append(Problem(question, answer))
+            else:
+                empty.append(n)
+    if empty and strict:
+        raise ValueError(
+            f"{path}:{empty[0]}: empty question or no {spec.answer_from} answer "
+            f"in {spec.answer_field!r}"
+        )
+    if empty:
+        logging.warning(
+            "%s: skipped %d rows with no question or answer (lines %s)",
+            path,
+            len(empty),
+            empty[:10],
+        )
+    if not problems:
+        raise ValueError(f"{path}: no usable rows")
+    return problems
