@@ -1,0 +1,189 @@
+"""Scoring rollouts and the jitted, donated GRPO update.
+
+Rollouts are scored with the group-shared prompt: each of the Q prompts runs forward once
+and its keys become the shared prefix of its G responses (`KVCache.prefix_*`), so the
+prompt costs one forward, and its gradient is the sum over the group. The log-prob of
+response token t comes from the hidden state before it: the prompt's last position for
+t = 0, response position t - 1 after.
+
+`train_step` = one optimizer step: gradients accumulated over micro-batches of whole
+groups (`lax.scan`), every micro-batch's loss divided by the whole batch's normaliser, then
+AdamW (clip by global norm, warm-up). A non-finite loss or gradient skips the update and
+keeps the params (counted in the metrics).
+
+Dimension letters: Q prompts, G rollouts per prompt, B = Q x G rows, L prompt length,
+T response length, M micro-batches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+from jaxtyping import Array, Bool, Float, Int
+
+from explore_rl.models import transformer
+from explore_rl.models.presets import ModelConfig
+from explore_rl.rl import losses
+
+
+@struct.dataclass
+class TrainState:
+    step: Int[Array, ""]
+    params: dict
+    opt_state: optax.OptState
+    skipped: Int[Array, ""]  # updates skipped for a non-finite loss or gradient
+
+
+@struct.dataclass
+class Batch:
+    """One rollout batch, rows grouped by prompt (row b answers prompt b // G)."""
+
+    prompts: Int[Array, "Q L"]
+    prompt_mask: Bool[Array, "Q L"]
+    tokens: Int[Array, "B T"]
+    mask: Bool[Array, "B T"]
+    advantages: Float[Array, " B"]
+    behaviour_logp: Float[Array, "B T"]  # mu, from the sampler
+    old_logp: Float[Array, "B T"]  # pi_old, from `score` before the update
+    weights: Float[Array, " B"]  # explorers' per-row loss weights (1 = plain)
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 1e-6
+    warmup_steps: int = 0
+    weight_decay: float = 0.01
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-8
+    max_grad_norm: float = 1.0
+    micro_batches: int = 1  # gradient accumulation: groups per micro-batch = Q / M
+
+
+def make_optimizer(c: OptimConfig) -> optax.GradientTransformation:
+    lr = optax.linear_schedule(0.0, c.lr, c.warmup_steps) if c.warmup_steps else c.lr
+    return optax.chain(
+        optax.clip_by_global_norm(c.max_grad_norm),
+        optax.adamw(lr, b1=c.b1, b2=c.b2, eps=c.eps, weight_decay=c.weight_decay),
+    )
+
+
+def init_state(params: dict, optimizer: optax.GradientTransformation) -> TrainState:
+    """A train state owning `params` (train_step donates it: keep no other reference)."""
+    return TrainState(
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        opt_state=optimizer.init(params),
+        skipped=jnp.zeros((), jnp.int32),
+    )
+
+
+def score(params: dict, cfg: ModelConfig, prompts, prompt_mask, tokens, mask):
+    """log pi(token) and the entropy of pi at each response position, [B, T] each."""
+    q = prompts.shape[0]
+    b, t = tokens.shape
+    g = b // q
+    prompt_mask = prompt_mask.astype(bool)
+    pre = transformer.hidden_states(
+        params,
+        cfg,
+        prompts,
+        transformer.positions_from_mask(prompt_mask),
+        prompt_mask,
+        transformer.init_cache(cfg, q, prompts.shape[1]),
+    )
+    start = jnp.repeat(jnp.sum(prompt_mask, axis=1), g)[:, None]
+    inputs = tokens[:, :-1]
+    cache = transformer.init_cache(cfg, b, t - 1, prefix=pre.cache)
+    out = transformer.hidden_states(
+        params, cfg, inputs, start + jnp.arange(t - 1)[None], mask[:, :-1].astype(bool), cache
+    )
+    first = jnp.repeat(pre.hidden[:, -1:], g, axis=0)
+    logits = transformer.lm_logits(params, cfg, jnp.concatenate([first, out.hidden], axis=1))
+    logp_all = jax.nn.log_softmax(logits, axis=-1)
+    logp = jnp.take_along_axis(logp_all, tokens[..., None], axis=-1)[..., 0]
+    entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
+    return logp, entropy
+
+
+def _micro(batch: Batch, m: int, i) -> Batch:
+    """Micro-batch i of m: whole groups, so each keeps its shared prompt."""
+
+    def take(x, rows):
+        size = rows // m
+        return jax.lax.dynamic_slice_in_dim(x, i * size, size, axis=0)
+
+    q, b = batch.prompts.shape[0], batch.tokens.shape[0]
+    return jax.tree.map(lambda x: take(x, q if x.shape[0] == q and q != b else b), batch)
+
+
+def _loss(params, cfg, lc: losses.LossConfig, mb: Batch, n):
+    logp, entropy = score(params, cfg, mb.prompts, mb.prompt_mask, mb.tokens, mb.mask)
+    x = losses.LossInputs(
+        logp=logp,
+        old_logp=mb.old_logp,
+        advantages=mb.advantages,
+        mask=mb.mask,
+        behaviour_logp=mb.behaviour_logp,
+        entropy=entropy,
+        weights=mb.weights,
+    )
+    return losses.policy_loss(lc, x, n)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "lc", "oc", "optimizer"), donate_argnums=0)
+def train_step(
+    state: TrainState,
+    batch: Batch,
+    cfg: ModelConfig,
+    lc: losses.LossConfig,
+    oc: OptimConfig,
+    optimizer: optax.GradientTransformation,
+):
+    """One optimizer step on `batch`; returns the new state and metrics."""
+    x = losses.LossInputs(
+        logp=batch.old_logp,
+        old_logp=batch.old_logp,
+        advantages=batch.advantages,
+        mask=batch.mask,
+        weights=batch.weights,
+    )
+    n = losses.normaliser(lc, x)
+    grad_fn = jax.value_and_grad(_loss, has_aux=True)
+    m = oc.micro_batches
+
+    def accumulate(carry, i):
+        (loss, metrics), grads = grad_fn(state.params, cfg, lc, _micro(batch, m, i), n)
+        total_loss, total_metrics, total_grads = carry
+        add = lambda a, b: a + b  # noqa: E731
+        return (
+            total_loss + loss,
+            jax.tree.map(add, total_metrics, metrics),
+            jax.tree.map(add, total_grads, grads),
+        ), None
+
+    zeros = jax.tree.map(jnp.zeros_like, state.params)
+    shapes = jax.eval_shape(lambda: grad_fn(state.params, cfg, lc, _micro(batch, m, 0), n))
+    zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes[0][1])
+    (loss, metrics, grads), _ = jax.lax.scan(accumulate, (0.0, zero_metrics, zeros), jnp.arange(m))
+    metrics = jax.tree.map(lambda v: v / m, metrics)  # per-micro-batch means
+    grad_norm = optax.global_norm(grads)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    new_params = optax.apply_updates(state.params, updates)
+    keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
+    state = state.replace(
+        step=state.step + 1,
+        params=keep(new_params, state.params),
+        opt_state=keep(opt_state, state.opt_state),
+        skipped=state.skipped + (~finite).astype(jnp.int32),
+    )
+    metrics.update(
+        {"train/loss": loss, "train/grad_norm": grad_norm, "train/skipped_updates": state.skipped}
+    )
+    return state, metrics
