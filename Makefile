@@ -9,7 +9,7 @@ PIP := $(PY) -m pip
 .PHONY: demo test lint bench clean
 
 demo: $(VENV)/.runtime
-	$(PY) -m explore_rl.main --config configs/base.py --mode sample --workdir runs/demo
+	$(PY) -m explore_rl.main --config configs/grpo.py:demo --workdir runs/demo
 
 test: $(VENV)/.dev
 	$(PY) -m pytest -q

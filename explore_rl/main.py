@@ -1,11 +1,15 @@
 """Command line entry point.
 
-    python -m explore_rl.main --config configs/base.py --mode sample --workdir runs/demo
+    python -m explore_rl.main --config configs/grpo.py:demo --workdir runs/demo   # train
+    python -m explore_rl.main --mode eval --config configs/grpo.py:demo \
+        --config.eval.checkpoint=runs/demo --workdir runs/demo                    # eval.json
+    python -m explore_rl.main --config configs/base.py --mode sample --workdir runs/s
     python -m explore_rl.main --config configs/base.py --config.sample.temperature=1.0 \\
         --config.sample.samples_per_prompt=4 --config.sample.prompt_file=prompts.txt
 
-Modes: `sample` prints continuations of prompts (a file, or the task's test questions)
-with the configured model and writes them to WORKDIR/samples/.
+Modes: `train` (GRPO; rerunning the same command resumes), `eval` (held-out Mean@n,
+Pass@k, Maj@n to WORKDIR/eval.json), `sample` (prints continuations of prompts, a file or
+the task's test questions, and writes them to WORKDIR/samples/).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import time
 
 import jax
 import jax.numpy as jnp
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 from explore_rl.data import tasks
@@ -27,7 +31,7 @@ _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file (configs/*.py[:arg]).", lock_config=True
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (config, samples, ...).")
-_MODE = flags.DEFINE_enum("mode", "sample", ["sample"], "What to run.")
+_MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "sample"], "What to run.")
 
 
 def load_prompts(config) -> list[tuple[str, str | None]]:
@@ -109,8 +113,19 @@ def run_sample(config, workdir: str | None) -> list[dict]:
 
 def main(argv):
     del argv
+    logging.set_verbosity(logging.WARNING)  # orbax and jax are chatty at INFO
     if _MODE.value == "sample":
         run_sample(_CONFIG.value, _WORKDIR.value)
+        return
+    from explore_rl.rl import trainer
+
+    if _MODE.value == "eval":
+        results = trainer.run_eval(_CONFIG.value, _WORKDIR.value)
+        print(json.dumps(results, indent=2))
+        return
+    if not _WORKDIR.value:
+        raise app.UsageError("--mode train needs --workdir (checkpoints, metrics, resume)")
+    trainer.train(_CONFIG.value, _WORKDIR.value)
 
 
 if __name__ == "__main__":

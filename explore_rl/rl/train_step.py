@@ -51,6 +51,7 @@ class Batch:
     behaviour_logp: Float[Array, "B T"]  # mu, from the sampler
     old_logp: Float[Array, "B T"]  # pi_old, from `score` before the update
     weights: Float[Array, " B"]  # explorers' per-row loss weights (1 = plain)
+    ref_logp: Float[Array, "B T"] | None = None  # frozen reference policy, for the KL term
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,8 +112,8 @@ def score(params: dict, cfg: ModelConfig, prompts, prompt_mask, tokens, mask):
     return logp, entropy
 
 
-def _micro(batch: Batch, m: int, i) -> Batch:
-    """Micro-batch i of m: whole groups, so each keeps its shared prompt."""
+def group_slice(batch: Batch, m: int, i) -> Batch:
+    """Part i of m equal parts of the batch, whole groups each (they keep their prompt)."""
 
     def take(x, rows):
         size = rows // m
@@ -158,7 +159,7 @@ def train_step(
     m = oc.micro_batches
 
     def accumulate(carry, i):
-        (loss, metrics), grads = grad_fn(state.params, cfg, lc, _micro(batch, m, i), n)
+        (loss, metrics), grads = grad_fn(state.params, cfg, lc, group_slice(batch, m, i), n)
         total_loss, total_metrics, total_grads = carry
         add = lambda a, b: a + b  # noqa: E731
         return (
@@ -168,7 +169,7 @@ def train_step(
         ), None
 
     zeros = jax.tree.map(jnp.zeros_like, state.params)
-    shapes = jax.eval_shape(lambda: grad_fn(state.params, cfg, lc, _micro(batch, m, 0), n))
+    shapes = jax.eval_shape(lambda: grad_fn(state.params, cfg, lc, group_slice(batch, m, 0), n))
     zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes[0][1])
     (loss, metrics, grads), _ = jax.lax.scan(accumulate, (0.0, zero_metrics, zeros), jnp.arange(m))
     metrics = jax.tree.map(lambda v: v / m, metrics)  # per-micro-batch means

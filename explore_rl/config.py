@@ -1,0 +1,135 @@
+"""From a ConfigDict to the objects the run uses, with the checks that catch bad values.
+
+ml_collections already rejects unknown keys and wrong types (the config is locked);
+`validate` rejects values and combinations no run can use, each with a one-line message.
+"""
+
+from __future__ import annotations
+
+import jax
+from ml_collections import ConfigDict
+
+from explore_rl.data import tasks
+from explore_rl.models import presets, transformer, weights
+from explore_rl.models.tokenizer import Tokenizer
+from explore_rl.rewards.math import EXTRACTORS
+from explore_rl.rl import advantages, losses
+from explore_rl.rl.train_step import OptimConfig
+from explore_rl.sampling.sampler import SamplingConfig
+
+
+def _check(ok: bool, message: str):
+    if not ok:
+        raise ValueError(f"config: {message}")
+
+
+def validate(c: ConfigDict) -> None:
+    r = c.rollout
+    _check(r.prompts >= 1, f"rollout.prompts={r.prompts}: need at least 1")
+    _check(r.group_size >= 2, f"rollout.group_size={r.group_size}: GRPO needs >= 2 per group")
+    _check(0 < r.top_p <= 1, f"rollout.top_p={r.top_p}: must be in (0, 1]")
+    _check(r.temperature >= 0, f"rollout.temperature={r.temperature}: must be >= 0")
+    _check(
+        c.rl.advantage in advantages.ADVANTAGES,
+        f"rl.advantage={c.rl.advantage!r}: allowed {sorted(advantages.ADVANTAGES)}",
+    )
+    _check(
+        r.prompts % c.rl.minibatches == 0,
+        f"rl.minibatches={c.rl.minibatches} must divide rollout.prompts={r.prompts}",
+    )
+    per_minibatch = r.prompts // c.rl.minibatches
+    _check(
+        per_minibatch % c.optim.micro_batches == 0,
+        f"optim.micro_batches={c.optim.micro_batches} must divide the {per_minibatch} "
+        "prompts of a minibatch",
+    )
+    _check(
+        c.task.name in ("arithmetic", "jsonl"),
+        f"task.name={c.task.name!r}: allowed arithmetic, jsonl",
+    )
+    if c.task.name == "jsonl":
+        _check(bool(c.task.train_path), "task.name='jsonl' needs task.train_path")
+        _check(
+            not c.task.preset or c.task.preset in tasks.JSONL_PRESETS,
+            f"task.preset={c.task.preset!r}: allowed {sorted(tasks.JSONL_PRESETS)}",
+        )
+    for e in extractors(c):
+        _check(e in EXTRACTORS, f"reward.extractors has {e!r}: allowed {EXTRACTORS}")
+    _check(
+        c.train.steps >= 1 and c.train.log_every >= 1 and c.train.checkpoint_every >= 1,
+        "train.steps, train.log_every and train.checkpoint_every must be >= 1",
+    )
+    _check(c.eval.samples >= 1, f"eval.samples={c.eval.samples}: need at least 1")
+    loss_config(c)  # its own checks (names, gspo + aggregation, dual clip)
+    sampling_config(c, stop_ids=())
+
+
+def extractors(c: ConfigDict) -> tuple[str, ...]:
+    return tuple(e.strip() for e in c.reward.extractors.split(",") if e.strip())
+
+
+def loss_config(c: ConfigDict) -> losses.LossConfig:
+    return losses.LossConfig(
+        policy=c.rl.policy,
+        aggregation=c.rl.aggregation,
+        eps_low=c.rl.eps_low,
+        eps_high=c.rl.eps_high,
+        dual_clip=c.rl.dual_clip,
+        tis_cap=c.rl.tis_cap,
+        entropy_coef=c.rl.entropy_coef,
+        kl_coef=c.rl.kl_coef,
+        kl_estimator=c.rl.kl_estimator,
+        max_response_len=c.rollout.max_new_tokens,
+    )
+
+
+def optim_config(c: ConfigDict) -> OptimConfig:
+    o = c.optim
+    return OptimConfig(
+        lr=o.lr,
+        warmup_steps=o.warmup_steps,
+        weight_decay=o.weight_decay,
+        b1=o.b1,
+        b2=o.b2,
+        eps=o.eps,
+        max_grad_norm=o.max_grad_norm,
+        micro_batches=o.micro_batches,
+    )
+
+
+def sampling_config(c: ConfigDict, stop_ids) -> SamplingConfig:
+    r = c.rollout
+    return SamplingConfig(r.max_new_tokens, r.top_p, r.top_k, tuple(stop_ids))
+
+
+def load_policy(c: ConfigDict, place=None):
+    """(params, ModelConfig, Tokenizer): a checkpoint, or random weights of a preset."""
+    dtypes = dict(param_dtype=c.model.param_dtype, dtype=c.model.dtype)
+    if not c.model.random_init:
+        return weights.load_model(c.model.path, place, **dtypes)
+    path = weights.embedded_model_path() if c.model.path == weights.EMBEDDED else c.model.path
+    tok = Tokenizer.from_gguf(path) if path.endswith(".gguf") else Tokenizer.from_hf_folder(path)
+    cfg = presets.get_preset(c.model.random_init, vocab_size=tok.vocab_size, **dtypes)
+    params = transformer.init_params(cfg, jax.random.key(c.seed))
+    return params, cfg, tok
+
+
+def load_problems(c: ConfigDict) -> tuple[list[tasks.Problem], dict[str, list[tasks.Problem]]]:
+    """The training problems and the held-out benchmarks {name: problems}."""
+    t = c.task
+    if t.name == "arithmetic":
+        kw = dict(
+            num_operands=t.num_operands, min_digits=t.min_digits, max_digits=t.max_digits, ops=t.ops
+        )
+        return (
+            tasks.make_arithmetic(t.train_size, c.seed, "train", **kw),
+            {"arithmetic": tasks.make_arithmetic(t.test_size, c.seed, "test", **kw)},
+        )
+    spec = tasks.JSONL_PRESETS.get(t.preset) or tasks.JsonlSpec(
+        t.question_field, t.answer_field, t.answer_from
+    )
+    test = {}
+    for path in filter(None, (p.strip() for p in t.test_paths.split(","))):
+        name = path.rstrip("/").split("/")[-2] if "/" in path else path
+        test[name] = tasks.read_jsonl(path, tasks.JSONL_PRESETS.get(name, spec))
+    return tasks.read_jsonl(t.train_path, spec), test

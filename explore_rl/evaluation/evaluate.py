@@ -1,0 +1,68 @@
+"""Held-out evaluation: n samples per question, Mean@n, Pass@k for every k <= n, Maj@n.
+
+Per benchmark and averaged over benchmarks; sampling temperature and top-p from the
+config (0.6 / 0.95 by default, as EDEN and ASE report).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from explore_rl.data.tasks import Problem
+from explore_rl.evaluation import metrics
+from explore_rl.rewards.math import Verifier, extract_answer
+from explore_rl.rl import rollout
+from explore_rl.sampling import sampler
+
+
+def evaluate(
+    params,
+    cfg,
+    tok,
+    benchmarks: dict[str, list[Problem]],
+    config,
+    verifier: Verifier,
+    rng: jax.Array,
+    extractors,
+) -> dict[str, float]:
+    e, n = config.eval, config.eval.samples
+    sampling = sampler.SamplingConfig(e.max_new_tokens, e.top_p, 0, tok.stop_ids)
+    results: dict[str, float] = {}
+    for name, problems in benchmarks.items():
+        problems = problems[: e.num_prompts or len(problems)]
+        correct, answers = [], []
+        for start in range(0, len(problems), e.batch_prompts):
+            chunk = problems[start : start + e.batch_prompts]
+            tau = jnp.full((len(chunk) * n, e.max_new_tokens), e.temperature)
+            r = rollout.generate(
+                params,
+                cfg,
+                tok,
+                chunk,
+                jax.random.fold_in(rng, start),
+                tau,
+                sampling,
+                verifier,
+                config.task.instruction,
+                config.rollout.max_prompt_len,
+                extractors,
+                0.0,
+            )
+            correct.append(r.correct)
+            answers += [
+                [extract_answer(t, extractors) for t in r.texts[i * n : (i + 1) * n]]
+                for i in range(len(chunk))
+            ]
+        correct = np.concatenate(correct)
+        results[f"eval/{name}/mean@{n}"] = metrics.mean_at_k(correct)
+        for k, v in metrics.pass_at_ks(correct).items():
+            if k & (k - 1) == 0 or k == n:  # powers of two and n
+                results[f"eval/{name}/pass@{k}"] = v
+        results[f"eval/{name}/maj@{n}"] = metrics.maj_at_k(answers, correct, n)
+    names = sorted({key.split("/", 2)[2] for key in results})
+    for metric in names:
+        values = [v for key, v in results.items() if key.endswith("/" + metric)]
+        results[f"eval/average/{metric}"] = float(np.mean(values))
+    return results

@@ -1,0 +1,67 @@
+"""Run-directory logging: metrics.jsonl, TensorBoard scalars, decoded samples.
+
+One JSON object per logged step in WORKDIR/metrics.jsonl (`step` plus scalar metrics),
+the same scalars as TensorBoard events in WORKDIR (no TensorFlow needed), and a few
+decoded rollouts per logged step in WORKDIR/samples/step_XXXXXXX.jsonl. `step` counts
+completed updates; on resume, lines past the restored step are dropped first, so a rerun
+never duplicates a step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+
+def _scalar(v) -> float:
+    return float(np.asarray(v))
+
+
+class RunLogger:
+    def __init__(self, workdir: str, start_step: int = 0):
+        self.workdir = workdir
+        os.makedirs(os.path.join(workdir, "samples"), exist_ok=True)
+        self.path = os.path.join(workdir, "metrics.jsonl")
+        self._truncate(start_step)
+        self.tb = EventFileWriter(workdir)
+
+    def _truncate(self, start_step: int):
+        if not os.path.exists(self.path):
+            return
+        with open(self.path) as f:
+            keep = [line for line in f if line.strip() and json.loads(line)["step"] <= start_step]
+        with open(self.path, "w") as f:
+            f.writelines(keep)
+
+    def log(self, step: int, metrics: dict, samples: list[dict] | None = None):
+        row = {"step": step, **{k: _scalar(v) for k, v in sorted(metrics.items())}}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        values = [
+            summary_pb2.Summary.Value(tag=k, simple_value=v)
+            for k, v in row.items()
+            if k != "step" and np.isfinite(v)
+        ]
+        self.tb.add_event(
+            event_pb2.Event(
+                wall_time=time.time(), step=step, summary=summary_pb2.Summary(value=values)
+            )
+        )
+        self.tb.flush()
+        if samples:
+            name = os.path.join(self.workdir, "samples", f"step_{step:07d}.jsonl")
+            with open(name, "w") as f:
+                f.writelines(json.dumps(s) + "\n" for s in samples)
+
+    def close(self):
+        self.tb.close()
+
+
+def read_metrics(workdir: str) -> list[dict]:
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]

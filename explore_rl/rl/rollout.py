@@ -1,0 +1,113 @@
+"""One generation batch: prompts -> rollouts -> decoded responses -> rewards.
+
+Rows are grouped by prompt (row b answers problem b // G), as the sampler and the update
+expect. DAPO dynamic sampling (Yu et al. 2025, Sec. 3.2) draws further batches and keeps
+only groups with 0 < correct < G until the step has its Q groups; when the generation
+budget runs out first, the rest is filled with the latest discarded groups (the count is
+logged), so shapes stay static.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from explore_rl.data.tasks import Problem
+from explore_rl.models.tokenizer import Tokenizer
+from explore_rl.rewards.math import Verifier, format_reward
+from explore_rl.sampling import sampler
+
+
+@dataclasses.dataclass
+class Rollouts:
+    problems: list[Problem]  # Q
+    prompts: np.ndarray  # [Q, L] left-padded prompt tokens
+    prompt_mask: np.ndarray  # [Q, L]
+    out: sampler.Rollout  # B = Q x G rows
+    texts: list[str]  # B decoded responses
+    rewards: np.ndarray  # [Q, G]
+    correct: np.ndarray  # [Q, G] bool
+    timeouts: int = 0
+
+    @property
+    def group_size(self) -> int:
+        return self.rewards.shape[1]
+
+
+def encode(tok: Tokenizer, problems: list[Problem], instruction: str, max_len: int):
+    rows = [
+        tok.encode_chat([{"role": "user", "content": p.question + instruction}]) for p in problems
+    ]
+    longest = max(map(len, rows))
+    if longest > max_len:
+        raise ValueError(
+            f"a prompt has {longest} tokens, more than rollout.max_prompt_len={max_len}"
+        )
+    tokens, mask = sampler.left_pad(rows, tok.pad_id)
+    return np.asarray(tokens), np.asarray(mask)
+
+
+def generate(
+    params,
+    cfg,
+    tok: Tokenizer,
+    problems: list[Problem],
+    rng,
+    temperature,
+    sampling: sampler.SamplingConfig,
+    verifier: Verifier,
+    instruction: str,
+    max_prompt_len: int,
+    extractors,
+    format_weight: float,
+) -> Rollouts:
+    """Sample G = temperature.shape[0] / Q responses per problem and score them."""
+    prompts, mask = encode(tok, problems, instruction, max_prompt_len)
+    out = sampler.sample(
+        params, cfg, jnp.asarray(prompts), jnp.asarray(mask), rng, temperature, sampling
+    )
+    tokens, keep = np.asarray(out.tokens), np.asarray(out.mask)
+    texts = [tok.decode(t[k]) for t, k in zip(tokens, keep)]
+    g = len(texts) // len(problems)
+    answers = [problems[i // g].answer for i in range(len(texts))]
+    correct, timeouts = verifier.score([(t, a, extractors) for t, a in zip(texts, answers)])
+    correct = np.asarray(correct, np.float32).reshape(len(problems), g)
+    rewards = correct + format_weight * np.asarray(
+        [format_reward(t) for t in texts], np.float32
+    ).reshape(correct.shape)
+    return Rollouts(problems, prompts, mask, out, texts, rewards, correct > 0, timeouts)
+
+
+def _pad_left(x: np.ndarray, length: int, value) -> np.ndarray:
+    return np.pad(x, ((0, 0), (length - x.shape[1], 0)), constant_values=value)
+
+
+def select_groups(parts: list[tuple[Rollouts, int]], pad_id: int) -> Rollouts:
+    """Concatenate chosen groups [(rollouts, group index)] into one batch."""
+    length = max(r.prompts.shape[1] for r, _ in parts)
+    g = parts[0][0].group_size
+    rows = lambda r, i: slice(i * g, (i + 1) * g)  # noqa: E731
+    out = jax.tree.map(
+        lambda *xs: jnp.concatenate(xs, axis=0),
+        *[jax.tree.map(lambda x, r=r, i=i: x[rows(r, i)], r.out) for r, i in parts],
+    )
+    return Rollouts(
+        problems=[r.problems[i] for r, i in parts],
+        prompts=np.stack([_pad_left(r.prompts[i : i + 1], length, pad_id)[0] for r, i in parts]),
+        prompt_mask=np.stack(
+            [_pad_left(r.prompt_mask[i : i + 1], length, False)[0] for r, i in parts]
+        ),
+        out=out,
+        texts=[t for r, i in parts for t in r.texts[rows(r, i)]],
+        rewards=np.stack([r.rewards[i] for r, i in parts]),
+        correct=np.stack([r.correct[i] for r, i in parts]),
+        timeouts=sum({id(r): r.timeouts for r, _ in parts}.values()),
+    )
+
+
+def informative(r: Rollouts) -> np.ndarray:
+    """Groups with a nonzero advantage: rewards not all equal."""
+    return ~np.all(r.rewards == r.rewards[:, :1], axis=1)

@@ -1,0 +1,272 @@
+"""The GRPO loop: rollout -> rewards -> advantages -> pi_old -> update -> log / checkpoint.
+
+    python -m explore_rl.main --config configs/grpo.py:demo --workdir runs/demo
+
+Everything random derives from (seed, step), and the data position is checkpointed with
+the train state, so rerunning the same command resumes from the newest checkpoint and
+continues exactly as if never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from tqdm import tqdm
+
+from explore_rl import config as config_lib
+from explore_rl import parallel
+from explore_rl.checkpoint import Checkpointer
+from explore_rl.evaluation.evaluate import evaluate
+from explore_rl.logs import RunLogger
+from explore_rl.rewards.math import Verifier
+from explore_rl.rl import advantages as advantages_lib
+from explore_rl.rl import rollout as rollout_lib
+from explore_rl.rl.train_step import (
+    Batch,
+    group_slice,
+    init_state,
+    make_optimizer,
+    score,
+    train_step,
+)
+
+score_jit = jax.jit(score, static_argnums=1)
+
+
+@struct.dataclass
+class Progress:
+    """Everything a resume needs besides the config."""
+
+    state: object  # TrainState
+    data_position: jax.Array  # next index into the training stream
+
+
+def stream(problems: list, seed: int, position: int, n: int) -> list:
+    """n problems from `position` of an endless stream: one seeded shuffle per epoch."""
+    out = []
+    for i in range(position, position + n):
+        epoch, j = divmod(i, len(problems))
+        out.append(problems[np.random.default_rng([seed, epoch]).permutation(len(problems))[j]])
+    return out
+
+
+def collect(params, cfg, tok, problems, position: int, step_key, c, verifier):
+    """The step's Q groups (DAPO: informative ones, refilled); new data position."""
+    r, q, g = c.rollout, c.rollout.prompts, c.rollout.group_size
+    sampling = config_lib.sampling_config(c, tok.stop_ids)
+    tau = jnp.full((q * g, r.max_new_tokens), r.temperature, jnp.float32)
+    kept, spare, batches, timeouts = [], [], 0, 0
+    while len(kept) < q and batches < (r.max_generation_batches if r.dynamic_sampling else 1):
+        chunk = stream(problems, c.seed, position, q)
+        position += q
+        ro = rollout_lib.generate(
+            params,
+            cfg,
+            tok,
+            chunk,
+            jax.random.fold_in(step_key, batches),
+            tau,
+            sampling,
+            verifier,
+            c.task.instruction,
+            r.max_prompt_len,
+            config_lib.extractors(c),
+            c.reward.format_weight,
+        )
+        batches, timeouts = batches + 1, timeouts + ro.timeouts
+        good = rollout_lib.informative(ro) if r.dynamic_sampling else np.ones(q, bool)
+        kept += [(ro, i) for i in np.flatnonzero(good)]
+        spare += [(ro, i) for i in np.flatnonzero(~good)]
+    filled = max(q - len(kept), 0)
+    parts = (kept + spare[len(spare) - filled :] if filled else kept)[:q]
+    ro = rollout_lib.select_groups(parts, tok.pad_id)
+    ro.timeouts = timeouts
+    return ro, position, {"rollout/generation_batches": batches, "rollout/filled_groups": filled}
+
+
+def rollout_metrics(ro, tok) -> dict:
+    out, mask = ro.out, np.asarray(ro.out.mask)
+    lengths = mask.sum(axis=1)
+    ent = np.asarray(out.entropy)
+    return {
+        "reward/mean": ro.rewards.mean(),
+        "reward/accuracy": ro.correct.mean(),
+        "groups/zero_adv_frac": 1.0 - rollout_lib.informative(ro).mean(),
+        "rollout/entropy": ent[mask].mean(),
+        "rollout/response_len": lengths.mean(),
+        "rollout/truncated_frac": 1.0 - np.asarray(out.finished).mean(),
+        "rollout/verifier_timeouts": ro.timeouts,
+    }
+
+
+def make_batch(ro, params, ref_params, cfg, c) -> Batch:
+    q, g = ro.rewards.shape
+    adv = advantages_lib.ADVANTAGES[c.rl.advantage](jnp.asarray(ro.rewards)).reshape(q * g)
+    prompts, pmask = jnp.asarray(ro.prompts), jnp.asarray(ro.prompt_mask)
+    old, _ = score_jit(params, cfg, prompts, pmask, ro.out.tokens, ro.out.mask)
+    ref = None
+    if ref_params is not None:
+        ref = score_jit(ref_params, cfg, prompts, pmask, ro.out.tokens, ro.out.mask)[0]
+    return Batch(
+        prompts=prompts,
+        prompt_mask=pmask,
+        tokens=ro.out.tokens,
+        mask=ro.out.mask,
+        advantages=adv,
+        behaviour_logp=ro.out.logprobs,
+        old_logp=old,
+        weights=jnp.ones(q * g),
+        ref_logp=ref,
+    )
+
+
+def update(state, batch: Batch, cfg, c, optimizer):
+    lc, oc = config_lib.loss_config(c), config_lib.optim_config(c)
+    metrics = []
+    for _ in range(c.rl.ppo_epochs):
+        for i in range(c.rl.minibatches):
+            mb = group_slice(batch, c.rl.minibatches, i)
+            state, m = train_step(state, mb, cfg, lc, oc, optimizer)
+            metrics.append(m)
+    return state, {k: float(np.mean([m[k] for m in metrics])) for k in metrics[0]}
+
+
+def train(c, workdir: str):
+    config_lib.validate(c)
+    os.makedirs(workdir, exist_ok=True)
+    mesh = parallel.make_mesh(c.mesh.data, c.mesh.fsdp)
+    params, cfg, tok = config_lib.load_policy(c)
+    train_set, test_sets = config_lib.load_problems(c)
+    optimizer = make_optimizer(config_lib.optim_config(c))
+    ref_params = jax.tree.map(jnp.copy, params) if c.rl.kl_coef else None
+    progress = Progress(init_state(params, optimizer), jnp.zeros((), jnp.int32))
+    progress = jax.device_put(progress, parallel.param_shardings(progress, mesh))
+    ckpt = Checkpointer(workdir, c.train.keep_checkpoints)
+    start = ckpt.latest_step() or 0
+    if start:
+        progress = ckpt.restore(start, progress)
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+        f.write(c.to_json(indent=2))
+    logger = RunLogger(workdir, start)
+    key, eval_key = jax.random.split(jax.random.key(c.seed))
+    with Verifier(c.reward.workers, c.reward.timeout) as verifier:
+        bar = tqdm(
+            range(start, c.train.steps),
+            initial=start,
+            total=c.train.steps,
+            desc="train",
+            dynamic_ncols=True,
+        )
+        for step in bar:
+            progress, metrics, ro = _step(
+                progress, step, key, cfg, tok, train_set, c, verifier, optimizer, ref_params
+            )
+            if c.train.eval_every and (step + 1) % c.train.eval_every == 0:
+                metrics.update(
+                    evaluate(
+                        progress.state.params,
+                        cfg,
+                        tok,
+                        test_sets,
+                        c,
+                        verifier,
+                        jax.random.fold_in(eval_key, step),
+                        config_lib.extractors(c),
+                    )
+                )
+            if (step + 1) % c.train.log_every == 0 or step + 1 == c.train.steps:
+                logger.log(step + 1, metrics, _samples(ro, c.train.samples_to_log))
+            if (step + 1) % c.train.checkpoint_every == 0 or step + 1 == c.train.steps:
+                ckpt.save(step + 1, progress)
+            bar.set_postfix(
+                reward=f"{metrics['reward/mean']:.3f}",
+                zero_adv=f"{metrics['groups/zero_adv_frac']:.2f}",
+                loss=f"{metrics['train/loss']:.4f}",
+            )
+    ckpt.close()
+    logger.close()
+    return progress
+
+
+def _step(progress, step, key, cfg, tok, train_set, c, verifier, optimizer, ref_params):
+    t0 = time.perf_counter()
+    params = progress.state.params
+    ro, position, gen_metrics = collect(
+        params,
+        cfg,
+        tok,
+        train_set,
+        int(progress.data_position),
+        jax.random.fold_in(key, step),
+        c,
+        verifier,
+    )
+    t1 = time.perf_counter()
+    batch = make_batch(ro, params, ref_params, cfg, c)
+    t2 = time.perf_counter()
+    state, train_metrics = update(progress.state, batch, cfg, c, optimizer)
+    jax.block_until_ready(state.params)
+    t3 = time.perf_counter()
+    tokens = int(np.asarray(ro.out.mask).sum())
+    metrics = {
+        **rollout_metrics(ro, tok),
+        **gen_metrics,
+        **train_metrics,
+        "time/rollout_s": t1 - t0,
+        "time/pi_old_s": t2 - t1,
+        "time/update_s": t3 - t2,
+        "perf/tokens_per_s": tokens / (t3 - t0),
+    }
+    return Progress(state, jnp.asarray(position, jnp.int32)), metrics, ro
+
+
+def _samples(ro, n: int) -> list[dict]:
+    g = ro.group_size
+    return [
+        {
+            "question": ro.problems[i // g].question,
+            "answer": ro.problems[i // g].answer,
+            "response": ro.texts[i],
+            "reward": float(ro.rewards.reshape(-1)[i]),
+        }
+        for i in range(0, len(ro.texts), max(len(ro.texts) // max(n, 1), 1))
+    ][:n]
+
+
+def run_eval(c, workdir: str | None) -> dict:
+    """--mode eval: the model (or a run's newest checkpoint) on the held-out benchmarks."""
+    config_lib.validate(c)
+    params, cfg, tok = config_lib.load_policy(c)
+    if c.eval.checkpoint:
+        ckpt = Checkpointer(c.eval.checkpoint)
+        like = Progress(
+            init_state(params, make_optimizer(config_lib.optim_config(c))), jnp.zeros((), jnp.int32)
+        )
+        step = ckpt.latest_step()
+        if step is None:
+            raise ValueError(f"{c.eval.checkpoint}: no checkpoint to evaluate")
+        params = ckpt.restore(step, like).state.params
+        ckpt.close()
+    _, test_sets = config_lib.load_problems(c)
+    with Verifier(c.reward.workers, c.reward.timeout) as verifier:
+        results = evaluate(
+            params,
+            cfg,
+            tok,
+            test_sets,
+            c,
+            verifier,
+            jax.random.key(c.seed),
+            config_lib.extractors(c),
+        )
+    if workdir:
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, "eval.json"), "w") as f:
+            json.dump(results, f, indent=2)
+    return results
