@@ -209,6 +209,7 @@ def _step(progress, step, key, cfg, tok, train_set, c, verifier, optimizer, ref_
     )
     t1 = time.perf_counter()
     batch = make_batch(ro, params, ref_params, cfg, c)
+    jax.block_until_ready(batch.old_logp)  # dispatch is asynchronous: time the work
     t2 = time.perf_counter()
     state, train_metrics = update(progress.state, batch, cfg, c, optimizer)
     jax.block_until_ready(state.params)
