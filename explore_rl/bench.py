@@ -2,6 +2,7 @@
 
     python -m explore_rl.bench forward [--batch 64] [--length 128] [--dtype float32]
     python -m explore_rl.bench sample [--no-peer]
+    python -m explore_rl.bench step
 
 `forward`: tokens/s of the jitted forward (logits included) of the embedded model at
 batch x length tokens, and its achieved FLOP/s as a fraction of the FLOP/s of a large
@@ -13,6 +14,12 @@ causal attention (4 x layers x heads x head_dim x T^2 / 2 per row).
 just the number." x 8 rollouts, 32 new tokens forced, temperature 1): generated tokens/s,
 prefill and decode seconds, FLOP/s as a fraction of the matmul peak, and the same work
 through transformers' `generate` on PyTorch CPU (needs the dev extras) in the same run.
+
+`step`: one GRPO step on the same workload (rollout, rewards, advantages, pi_old, one
+AdamW update at lr 1e-6, float32), split into rollout / pi_old / update seconds, with
+tokens/s, the update's FLOP/s as a fraction of the matmul peak, and the process's peak
+RSS. Compare with the peers' numbers in ../shared/peers/README.md (TRL 61-70 s per step and
+14.6 GiB; Tunix 72.5 s and 18.5 GiB), measured on a slower CPU: compare ratios.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import json
 import os
 import platform
 import random
+import resource
 import statistics
 import time
 
@@ -175,6 +183,56 @@ def peer_generate(tok, reps: int) -> dict:
     }
 
 
+def bench_step(args) -> dict:
+    from configs import grpo
+    from explore_rl import config as config_lib
+    from explore_rl.data.tasks import Problem
+    from explore_rl.rewards.math import Verifier
+    from explore_rl.rl import trainer
+    from explore_rl.rl.train_step import init_state, make_optimizer
+
+    c = grpo.get_config("demo")
+    c.rollout.prompts, c.rollout.group_size = PEER_PROMPTS, PEER_GROUP
+    c.rollout.max_new_tokens, c.task.instruction = PEER_NEW, ""
+    c.optim.lr, c.optim.weight_decay = 1e-6, 0.0
+    c.reward.extractors = "last_number"
+    params, cfg, tok = weights.load_model(args.model)
+    tok.stop_ids = ()  # 32 tokens forced, as the peers
+    problems = [
+        Problem(q, str(sum(map(int, q.split("?")[0].split()[2::2])))) for q in peer_questions()
+    ]
+    optimizer = make_optimizer(config_lib.optim_config(c))
+    progress = trainer.Progress(init_state(params, optimizer), jnp.zeros((), jnp.int32))
+    key = jax.random.key(0)
+    peak = matmul_peak("float32")
+    times = []
+    with Verifier(2, 5.0) as verifier:
+        for step in range(args.steps + 1):  # the first step compiles
+            progress, m, _ = trainer._step(
+                progress, step, key, cfg, tok, problems, c, verifier, optimizer, None
+            )
+            times.append(m)
+    rows = PEER_PROMPTS * PEER_GROUP
+    med = lambda k: statistics.median(t[k] for t in times[1:])  # noqa: E731
+    # Update = forward + backward (3x forward FLOPs) over the shared prompts and responses.
+    fwd = sample_flops(cfg, PEER_PROMPTS * 46, 0, 48, 0) + forward_flops(cfg, rows, PEER_NEW)
+    step_s = med("time/rollout_s") + med("time/pi_old_s") + med("time/update_s")
+    return {
+        "bench": "step",
+        "model": args.model,
+        "rows": rows,
+        "new_tokens": PEER_NEW,
+        "step_s": round(step_s, 2),
+        "rollout_s": round(med("time/rollout_s"), 2),
+        "pi_old_s": round(med("time/pi_old_s"), 2),
+        "update_s": round(med("time/update_s"), 2),
+        "tokens_per_s": round(rows * PEER_NEW / step_s, 1),
+        "update_fraction_of_peak": round(3 * fwd / med("time/update_s") / peak, 3),
+        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "vs_trl_step": round(step_s / 65.0, 3),
+    }
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="bench", required=True)
@@ -188,8 +246,12 @@ def main(argv=None):
     smp.add_argument("--model", default=weights.EMBEDDED)
     smp.add_argument("--reps", type=int, default=3)
     smp.add_argument("--no-peer", action="store_true", help="skip transformers' generate")
+    stp = sub.add_parser("step", help="one GRPO step on the peer workload")
+    stp.add_argument("--model", default=weights.EMBEDDED)
+    stp.add_argument("--steps", type=int, default=3)
     args = parser.parse_args(argv)
-    result = {"forward": bench_forward, "sample": bench_sample}[args.bench](args)
+    benches = {"forward": bench_forward, "sample": bench_sample, "step": bench_step}
+    result = benches[args.bench](args)
     result["machine"] = (
         f"{platform.processor() or platform.machine()}, "
         f"{jax.device_count()} x {jax.devices()[0].device_kind}, jax {jax.__version__}"

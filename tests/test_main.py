@@ -25,6 +25,8 @@ def test_sample_mode_writes_samples(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"question": "What is 2 + 2?"}\n{"question": "What is 3 + 5?"}\n')
     out = run_main(
+        "--mode",
+        "sample",
         "--config",
         "configs/base.py",
         "--workdir",
@@ -43,10 +45,19 @@ def test_sample_mode_writes_samples(tmp_path):
 
 
 def test_bad_config_and_prompt_field_fail_clearly(tmp_path):
-    out = run_main("--config", "configs/base.py", "--config.sample.no_such_key=1")
+    out = run_main(
+        "--mode", "sample", "--config", "configs/base.py", "--config.sample.no_such_key=1"
+    )
     assert out.returncode != 0 and "no_such_key" in out.stderr
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"problem": "1 + 1"}\n')
-    out = run_main("--config", "configs/base.py", "--config.sample.prompt_file", str(prompts))
+    out = run_main(
+        "--mode",
+        "sample",
+        "--config",
+        "configs/base.py",
+        "--config.sample.prompt_file",
+        str(prompts),
+    )
     assert out.returncode != 0
     assert f"{prompts}:1: no field 'question' (fields: ['problem'])" in out.stderr
