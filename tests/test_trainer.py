@@ -89,3 +89,57 @@ def test_config_validation_messages():
         config_lib.validate(c)
     with pytest.raises(ValueError, match="allowed smoke, demo, paper"):
         grpo.get_config("huge")
+
+
+def _fake_rollouts(rewards):
+    """Rollouts of q groups x 2 rows with the given rewards (tokens encode the row)."""
+    from explore_rl.data.tasks import Problem
+    from explore_rl.rl.rollout import Rollouts
+    from explore_rl.sampling.sampler import Rollout
+
+    rewards = np.asarray(rewards, np.float32)
+    q, g = rewards.shape
+    rows = np.arange(q * g)
+    zeros = jax.numpy.zeros((q * g, 3))
+    out = Rollout(
+        tokens=jax.numpy.asarray(np.repeat(rows[:, None], 3, 1)),
+        mask=jax.numpy.ones((q * g, 3), bool),
+        logprobs=zeros,
+        entropy=zeros,
+        sampling_entropy=zeros,
+        finished=jax.numpy.ones(q * g, bool),
+    )
+    return Rollouts(
+        [Problem(f"q{i}", "1") for i in range(q)],
+        np.ones((q, 2), np.int32),
+        np.ones((q, 2), bool),
+        out,
+        [f"r{i}" for i in rows],
+        rewards,
+        rewards > 0,
+    )
+
+
+def test_dynamic_sampling_keeps_informative_groups_and_fills():
+    from explore_rl.rl.rollout import informative, select_groups
+
+    a = _fake_rollouts([[1, 1], [0, 1], [0, 0]])  # only group 1 is informative
+    b = _fake_rollouts([[1, 0], [1, 1], [0, 0]])  # only group 0
+    kept = [(r, i) for r in (a, b) for i in np.flatnonzero(informative(r))]
+    spare = [(r, i) for r in (a, b) for i in np.flatnonzero(~informative(r))]
+    parts, filled = trainer.fill_groups(kept, spare, 3)
+    assert filled == 1 and parts[:2] == [(a, 1), (b, 0)] and parts[2] == (b, 2)
+    batch = select_groups(parts, pad_id=0)
+    np.testing.assert_array_equal(batch.rewards, [[0, 1], [1, 0], [0, 0]])
+    assert batch.texts == ["r2", "r3", "r0", "r1", "r4", "r5"]
+    np.testing.assert_array_equal(np.asarray(batch.out.tokens[:, 0]), [2, 3, 0, 1, 4, 5])
+    assert trainer.fill_groups(kept, spare, 1) == ([(a, 1)], 0)
+
+
+def test_dynamic_sampling_runs_until_its_budget(tmp_path):
+    c = grpo.get_config("smoke")  # a random model: every group is all-wrong
+    c.rollout.dynamic_sampling, c.rollout.max_generation_batches = True, 3
+    c.train.steps, c.train.eval_every = 1, 0
+    trainer.train(c, str(tmp_path))
+    row = read_metrics(str(tmp_path))[0]
+    assert row["rollout/generation_batches"] == 3 and row["rollout/filled_groups"] == 2

@@ -83,11 +83,16 @@ def collect(params, cfg, tok, problems, position: int, step_key, c, verifier):
         good = rollout_lib.informative(ro) if r.dynamic_sampling else np.ones(q, bool)
         kept += [(ro, i) for i in np.flatnonzero(good)]
         spare += [(ro, i) for i in np.flatnonzero(~good)]
-    filled = max(q - len(kept), 0)
-    parts = (kept + spare[len(spare) - filled :] if filled else kept)[:q]
+    parts, filled = fill_groups(kept, spare, q)
     ro = rollout_lib.select_groups(parts, tok.pad_id)
     ro.timeouts = timeouts
     return ro, position, {"rollout/generation_batches": batches, "rollout/filled_groups": filled}
+
+
+def fill_groups(kept: list, spare: list, q: int) -> tuple[list, int]:
+    """The first q kept groups, topped up with the latest spare ones; how many topped up."""
+    filled = max(q - len(kept), 0)
+    return kept[:q] + (spare[len(spare) - filled :] if filled else []), filled
 
 
 def rollout_metrics(ro, tok) -> dict:
