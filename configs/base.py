@@ -66,6 +66,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.rl.entropy_coef = 0.0  # alpha
     c.rl.kl_coef = 0.0  # beta, KL to the frozen initial policy
     c.rl.kl_estimator = "k3"  # k1 | k3
+    c.rl.pi_old = "auto"  # auto: reuse the sampler's mu when it is pi_old | recompute
     c.rl.ppo_epochs = 1  # passes over each rollout batch
     c.rl.minibatches = 1  # optimizer steps per pass
 

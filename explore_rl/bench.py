@@ -196,6 +196,7 @@ def bench_step(args) -> dict:
     c.rollout.max_new_tokens, c.task.instruction = PEER_NEW, ""
     c.optim.lr, c.optim.weight_decay = 1e-6, 0.0
     c.reward.extractors = "last_number"
+    c.optim.micro_batches = args.micro_batches
     params, cfg, tok = weights.load_model(args.model)
     tok.stop_ids = ()  # 32 tokens forced, as the peers
     problems = [
@@ -249,6 +250,7 @@ def main(argv=None):
     stp = sub.add_parser("step", help="one GRPO step on the peer workload")
     stp.add_argument("--model", default=weights.EMBEDDED)
     stp.add_argument("--steps", type=int, default=3)
+    stp.add_argument("--micro-batches", type=int, default=1, help="groups split for the update")
     args = parser.parse_args(argv)
     benches = {"forward": bench_forward, "sample": bench_sample, "step": bench_step}
     result = benches[args.bench](args)

@@ -143,3 +143,18 @@ def test_dynamic_sampling_runs_until_its_budget(tmp_path):
     trainer.train(c, str(tmp_path))
     row = read_metrics(str(tmp_path))[0]
     assert row["rollout/generation_batches"] == 3 and row["rollout/filled_groups"] == 2
+
+
+def test_pi_old_pass_is_skipped_only_when_mu_is_pi_old():
+    c = grpo.get_config("demo")
+    assert trainer.behaviour_is_pi_old(c)
+    for field, value in [("temperature", 1.2), ("top_p", 0.95), ("top_k", 20)]:
+        changed = grpo.get_config("demo")
+        setattr(changed.rollout, field, value)
+        assert not trainer.behaviour_is_pi_old(changed), field
+    changed = grpo.get_config("demo")
+    changed.rl.ppo_epochs = 2
+    assert not trainer.behaviour_is_pi_old(changed)
+    changed = grpo.get_config("demo")
+    changed.rl.pi_old = "recompute"
+    assert not trainer.behaviour_is_pi_old(changed)

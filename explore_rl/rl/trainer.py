@@ -110,11 +110,29 @@ def rollout_metrics(ro, tok) -> dict:
     }
 
 
+def behaviour_is_pi_old(c) -> bool:
+    """Whether the sampler's mu already is pi_old, so its forward pass can be skipped: one
+    update per batch (pi_old = the sampling params), temperature 1, no truncation. Equal
+    up to float rounding of two computation orders (~1e-6 in log-prob)."""
+    r = c.rollout
+    return (
+        c.rl.pi_old == "auto"
+        and c.rl.ppo_epochs == 1
+        and c.rl.minibatches == 1
+        and r.temperature == 1.0
+        and r.top_p == 1.0
+        and r.top_k == 0
+    )
+
+
 def make_batch(ro, params, ref_params, cfg, c) -> Batch:
     q, g = ro.rewards.shape
     adv = advantages_lib.ADVANTAGES[c.rl.advantage](jnp.asarray(ro.rewards)).reshape(q * g)
     prompts, pmask = jnp.asarray(ro.prompts), jnp.asarray(ro.prompt_mask)
-    old, _ = score_jit(params, cfg, prompts, pmask, ro.out.tokens, ro.out.mask)
+    if behaviour_is_pi_old(c):
+        old = ro.out.logprobs
+    else:
+        old, _ = score_jit(params, cfg, prompts, pmask, ro.out.tokens, ro.out.mask)
     ref = None
     if ref_params is not None:
         ref = score_jit(ref_params, cfg, prompts, pmask, ro.out.tokens, ro.out.mask)[0]
