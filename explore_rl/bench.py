@@ -238,7 +238,6 @@ def bench_step(args) -> dict:
         "tokens_per_s": round(rows * PEER_NEW / step_s, 1),
         "update_fraction_of_peak": round(3 * fwd / med("time/update_s") / peak, 3),
         "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
-        "vs_trl_step": round(step_s / 65.0, 3),
     }
 
 

@@ -111,6 +111,13 @@ def load_policy(c: ConfigDict, place=None):
     tok = Tokenizer.from_gguf(path) if path.endswith(".gguf") else Tokenizer.from_hf_folder(path)
     cfg = presets.get_preset(c.model.random_init, vocab_size=tok.vocab_size, **dtypes)
     params = transformer.init_params(cfg, jax.random.key(c.seed))
+    if place is not None:
+        params = jax.tree_util.tree_map_with_path(
+            lambda path, w: place(
+                tuple(getattr(k, "key", getattr(k, "idx", None)) for k in path), w
+            ),
+            params,
+        )
     return params, cfg, tok
 
 

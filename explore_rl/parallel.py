@@ -60,6 +60,17 @@ def param_shardings(tree, mesh: Mesh):
     return jax.tree_util.tree_map_with_path(leaf, tree)
 
 
+def placer(mesh: Mesh):
+    """A `place(path, array)` for the weight loaders: each tensor goes straight to its
+    shards as it is read, so no host ever holds the whole model twice."""
+    fsdp = mesh.shape["fsdp"]
+
+    def place(path: tuple, w: np.ndarray) -> jax.Array:
+        return jax.device_put(w, NamedSharding(mesh, _spec(str(path[-1]), w.shape, fsdp)))
+
+    return place
+
+
 def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
     """Leading (row) axis over data x fsdp, the rest replicated."""
     return NamedSharding(mesh, PartitionSpec(BATCH_AXES, *([None] * (ndim - 1))))

@@ -164,7 +164,7 @@ def train(c, workdir: str):
     config_lib.validate(c)
     os.makedirs(workdir, exist_ok=True)
     mesh = parallel.make_mesh(c.mesh.data, c.mesh.fsdp)
-    params, cfg, tok = config_lib.load_policy(c)
+    params, cfg, tok = config_lib.load_policy(c, parallel.placer(mesh))
     train_set, test_sets = config_lib.load_problems(c)
     optimizer = make_optimizer(config_lib.optim_config(c))
     ref_params = jax.tree.map(jnp.copy, params) if c.rl.kl_coef else None
