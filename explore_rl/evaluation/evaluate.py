@@ -58,8 +58,7 @@ def evaluate(
         correct = np.concatenate(correct)
         results[f"eval/{name}/mean@{n}"] = metrics.mean_at_k(correct)
         for k, v in metrics.pass_at_ks(correct).items():
-            if k & (k - 1) == 0 or k == n:  # powers of two and n
-                results[f"eval/{name}/pass@{k}"] = v
+            results[f"eval/{name}/pass@{k}"] = v
         results[f"eval/{name}/maj@{n}"] = metrics.maj_at_k(answers, correct, n)
     names = sorted({key.split("/", 2)[2] for key in results})
     for metric in names:
