@@ -26,6 +26,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.task.min_digits = 1  # arithmetic: fewest digits of an operand
     c.task.max_digits = 1  # arithmetic: most digits of an operand
     c.task.ops = "+"  # arithmetic: operators drawn from, any of "+-*"
+    c.task.style = "expression"  # arithmetic: expression ("What is 3 + 4?") | word (one step)
     c.task.train_size = 2000  # arithmetic: training questions generated
     c.task.test_size = 64  # arithmetic: held-out questions for evaluation
     c.task.train_path = ""  # jsonl: training file

@@ -126,7 +126,11 @@ def load_problems(c: ConfigDict) -> tuple[list[tasks.Problem], dict[str, list[ta
     t = c.task
     if t.name == "arithmetic":
         kw = dict(
-            num_operands=t.num_operands, min_digits=t.min_digits, max_digits=t.max_digits, ops=t.ops
+            num_operands=t.num_operands,
+            min_digits=t.min_digits,
+            max_digits=t.max_digits,
+            ops=t.ops,
+            style=t.style,
         )
         return (
             tasks.make_arithmetic(t.train_size, c.seed, "train", **kw),

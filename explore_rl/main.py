@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from explore_rl.data import tasks
+from explore_rl import config as config_lib
 from explore_rl.models import weights
 from explore_rl.sampling import sampler
 
@@ -38,15 +38,10 @@ def load_prompts(config) -> list[tuple[str, str | None]]:
     """(prompt, reference answer or None) pairs from the prompt file or the task."""
     s, t = config.sample, config.task
     if not s.prompt_file:
-        problems = tasks.make_arithmetic(
-            s.num_prompts,
-            seed=config.seed,
-            split="test",
-            num_operands=t.num_operands,
-            min_digits=t.min_digits,
-            max_digits=t.max_digits,
-            ops=t.ops,
-        )
+        _, benchmarks = config_lib.load_problems(config)
+        if not benchmarks:
+            raise ValueError("--mode sample: give sample.prompt_file or task.test_paths")
+        problems = next(iter(benchmarks.values()))[: s.num_prompts]
         return [(p.question + t.instruction, p.answer) for p in problems]
     with open(s.prompt_file) as f:
         lines = [line.rstrip("\n") for line in f if line.strip()]

@@ -1,6 +1,7 @@
 """The arithmetic task."""
 
 import os
+import re
 
 import pytest
 
@@ -18,6 +19,21 @@ def test_arithmetic_is_deterministic_exact_and_split():
     assert not train & test and len(train) + len(test) == 100  # 1-digit a + b: 100 in all
     with pytest.raises(ValueError, match="ops='/'"):
         tasks.make_arithmetic(1, ops="/")
+
+
+def test_word_problems():
+    words = tasks.make_arithmetic(40, seed=1, ops="+-*", max_digits=2, style="word")
+    assert words == tasks.make_arithmetic(40, seed=1, ops="+-*", max_digits=2, style="word")
+    for p in words:
+        a, b = (int(x) for x in re.findall(r"\d+", p.question)[:2])
+        if "more" in p.question:
+            assert int(p.answer) == a + b
+        elif "gives away" in p.question:
+            assert int(p.answer) == a - b >= 0
+        else:
+            assert "in each" in p.question and int(p.answer) == a * b
+    with pytest.raises(ValueError, match="num_operands=2"):
+        tasks.make_arithmetic(1, num_operands=3, style="word")
 
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")

@@ -52,9 +52,15 @@ def make_arithmetic(
     min_digits: int = 1,
     max_digits: int = 1,
     ops: str = "+",
+    style: str = "expression",
 ) -> list[Problem]:
-    """n questions "What is a + b?" with exact answers, evaluated left to right with
-    the usual precedence (Python's), so the answer is what the question says."""
+    """n questions with exact answers. style "expression": "What is a + b * c?" with the
+    usual precedence (Python's); "word": a one-step word problem per operator (two
+    operands; subtraction never goes below zero)."""
+    if style not in ("expression", "word"):
+        raise ValueError(f"style={style!r}: allowed expression, word")
+    if style == "word" and num_operands != 2:
+        raise ValueError(f"style='word' takes num_operands=2, got {num_operands}")
     if split not in _SPLITS:
         raise ValueError(f"split={split!r}: allowed {sorted(_SPLITS)}")
     if not ops or set(ops) - set(_OPS):
@@ -70,13 +76,31 @@ def make_arithmetic(
         rng = np.random.default_rng([seed, i])
         nums = [_operand(rng, min_digits, max_digits) for _ in range(num_operands)]
         signs = [ops[int(k)] for k in rng.integers(0, len(ops), num_operands - 1)]
+        if style == "word" and signs[0] == "-" and nums[0] < nums[1]:
+            nums.reverse()
         expr = " ".join([str(nums[0])] + [f"{s} {x}" for s, x in zip(signs, nums[1:])])
         if split_of(expr) != split or (expr in seen and i < 100 * n):
             continue
         seen.add(expr)
-        problems.append(Problem(f"What is {expr}?", str(_evaluate(nums, signs))))
+        question = f"What is {expr}?" if style == "expression" else _word(rng, nums, signs[0])
+        problems.append(Problem(question, str(_evaluate(nums, signs))))
         if len(problems) == n:
             return problems
+
+
+_NAMES = ("Tom", "Ana", "Li", "Sara", "Omar", "Maya")
+_ITEMS = ("apples", "marbles", "books", "stickers", "coins", "pencils")
+_WORD = {
+    "+": "{name} has {a} {item} and gets {b} more. How many {item} does {name} have now?",
+    "-": "{name} has {a} {item} and gives away {b}. How many {item} does {name} have left?",
+    "*": "{name} buys {a} bags with {b} {item} in each. How many {item} is that in all?",
+}
+
+
+def _word(rng: np.random.Generator, nums: list[int], sign: str) -> str:
+    name = _NAMES[int(rng.integers(len(_NAMES)))]
+    item = _ITEMS[int(rng.integers(len(_ITEMS)))]
+    return _WORD[sign].format(name=name, item=item, a=nums[0], b=nums[1])
 
 
 def split_of(text: str) -> str:
