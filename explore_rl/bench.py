@@ -217,7 +217,7 @@ def bench_step(args) -> dict:
     times = []
     with Verifier(2, 5.0) as verifier:
         for step in range(args.steps + 1):  # the first step compiles
-            progress, m, _ = trainer._step(
+            progress, m, _ = trainer.train_one_step(
                 progress, step, key, cfg, tok, problems, c, verifier, optimizer, None
             )
             times.append(m)

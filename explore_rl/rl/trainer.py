@@ -187,7 +187,7 @@ def train(c, workdir: str):
             dynamic_ncols=True,
         )
         for step in bar:
-            progress, metrics, ro = _step(
+            progress, metrics, ro = train_one_step(
                 progress, step, key, cfg, tok, train_set, c, verifier, optimizer, ref_params
             )
             if c.train.eval_every and (step + 1) % c.train.eval_every == 0:
@@ -217,7 +217,8 @@ def train(c, workdir: str):
     return progress
 
 
-def _step(progress, step, key, cfg, tok, train_set, c, verifier, optimizer, ref_params):
+def train_one_step(progress, step, key, cfg, tok, train_set, c, verifier, optimizer, ref_params):
+    """Rollout, pi_old, update for global step `step`: (new progress, metrics, rollouts)."""
     t0 = time.perf_counter()
     params = progress.state.params
     ro, position, gen_metrics = collect(
