@@ -175,13 +175,18 @@ def train_step(
     metrics = jax.tree.map(lambda v: v / m, metrics)  # per-micro-batch means
     grad_norm = optax.global_norm(grads)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    new_params = optax.apply_updates(state.params, updates)
-    keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
+
+    def apply(_):
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        return optax.apply_updates(state.params, updates), opt_state
+
+    # A cond, not a select: the skipped branch returns the old state untouched, and the
+    # taken one updates the donated buffers in place (a select would hold both copies).
+    params, opt_state = jax.lax.cond(finite, apply, lambda _: (state.params, state.opt_state), None)
     state = state.replace(
         step=state.step + 1,
-        params=keep(new_params, state.params),
-        opt_state=keep(opt_state, state.opt_state),
+        params=params,
+        opt_state=opt_state,
         skipped=state.skipped + (~finite).astype(jnp.int32),
     )
     metrics.update(
