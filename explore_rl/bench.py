@@ -35,7 +35,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from explore_rl.models import transformer, weights
 from explore_rl.sampling import sampler
@@ -67,11 +66,14 @@ def matmul_peak(dtype: str, n: int = 2048, reps: int = 7) -> float:
     return 2 * n**3 / best
 
 
-def forward_flops(cfg, batch: int, length: int) -> float:
+def matmul_params(cfg) -> int:
     # An untied input embedding is a gather, not a matmul: leave it out.
-    matmul_params = cfg.num_params() - (0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model)
+    return cfg.num_params() - (0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model)
+
+
+def forward_flops(cfg, batch: int, length: int) -> float:
     attention = 4 * cfg.n_layers * cfg.n_heads * cfg.head_dim * length**2 / 2
-    return batch * (2 * matmul_params * length + attention)
+    return batch * (2 * matmul_params(cfg) * length + attention)
 
 
 def bench_forward(args) -> dict:
@@ -112,7 +114,7 @@ def peer_questions(seed: int = 12345) -> list[str]:
 
 def sample_flops(cfg, prompt_tokens: int, rows: int, prompt_len: int, new: int) -> float:
     """Prefill of the distinct prompts + decode of every row (attention over the cache)."""
-    per_token = 2 * (cfg.num_params() - (0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model))
+    per_token = 2 * matmul_params(cfg)
     attn = 4 * cfg.n_layers * cfg.n_heads * cfg.head_dim
     prefill = prompt_tokens * per_token + attn * prompt_tokens * prompt_len / 2
     decode = rows * new * per_token + rows * attn * sum(prompt_len + t for t in range(new))
@@ -270,5 +272,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    np.set_printoptions(precision=4)
     main()

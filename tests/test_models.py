@@ -30,7 +30,7 @@ def test_logit_parity_with_transformers(tmp_path, variant):
     model = make_hf_checkpoint(tmp_path, variant, max_shard_size="20KB")
     assert (tmp_path / "model.safetensors.index.json").exists()  # sharded load path
     params, cfg = weights.load_hf(str(tmp_path))
-    assert cfg.family == variant.split("3-")[0].replace("llama3", "llama")
+    assert cfg.family == FAMILY_VARIANTS[variant][0].removesuffix("Config").lower()
     tokens, mask = left_padded_batch(np.random.default_rng(1), [12, 7, 3, 12], 64, 12)
     ours = forward(
         params, cfg, jnp.asarray(tokens), positions_from_mask(jnp.asarray(mask)), jnp.asarray(mask)

@@ -86,7 +86,8 @@ def _pad_left(x: np.ndarray, length: int, value) -> np.ndarray:
 
 
 def select_groups(parts: list[tuple[Rollouts, int]], pad_id: int) -> Rollouts:
-    """Concatenate chosen groups [(rollouts, group index)] into one batch."""
+    """Concatenate chosen groups [(rollouts, group index)] into one batch (the caller
+    sets `timeouts`: it counts every generation batch, kept groups or not)."""
     length = max(r.prompts.shape[1] for r, _ in parts)
     g = parts[0][0].group_size
     rows = lambda r, i: slice(i * g, (i + 1) * g)  # noqa: E731
@@ -104,7 +105,6 @@ def select_groups(parts: list[tuple[Rollouts, int]], pad_id: int) -> Rollouts:
         texts=[t for r, i in parts for t in r.texts[rows(r, i)]],
         rewards=np.stack([r.rewards[i] for r, i in parts]),
         correct=np.stack([r.correct[i] for r, i in parts]),
-        timeouts=sum({id(r): r.timeouts for r, _ in parts}.values()),
     )
 
 

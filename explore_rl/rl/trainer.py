@@ -9,6 +9,7 @@ continues exactly as if never stopped.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -84,8 +85,7 @@ def collect(params, cfg, tok, problems, position: int, step_key, c, verifier):
         kept += [(ro, i) for i in np.flatnonzero(good)]
         spare += [(ro, i) for i in np.flatnonzero(~good)]
     parts, filled = fill_groups(kept, spare, q)
-    ro = rollout_lib.select_groups(parts, tok.pad_id)
-    ro.timeouts = timeouts
+    ro = dataclasses.replace(rollout_lib.select_groups(parts, tok.pad_id), timeouts=timeouts)
     return ro, position, {"rollout/generation_batches": batches, "rollout/filled_groups": filled}
 
 
@@ -95,7 +95,7 @@ def fill_groups(kept: list, spare: list, q: int) -> tuple[list, int]:
     return kept[:q] + (spare[len(spare) - filled :] if filled else []), filled
 
 
-def rollout_metrics(ro, tok) -> dict:
+def rollout_metrics(ro) -> dict:
     out, mask = ro.out, np.asarray(ro.out.mask)
     lengths = mask.sum(axis=1)
     ent = np.asarray(out.entropy)
@@ -240,7 +240,7 @@ def train_one_step(progress, step, key, cfg, tok, train_set, c, verifier, optimi
     t3 = time.perf_counter()
     tokens = int(np.asarray(ro.out.mask).sum())
     metrics = {
-        **rollout_metrics(ro, tok),
+        **rollout_metrics(ro),
         **gen_metrics,
         **train_metrics,
         "time/rollout_s": t1 - t0,
