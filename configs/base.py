@@ -71,6 +71,11 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.rl.ppo_epochs = 1  # passes over each rollout batch
     c.rl.minibatches = 1  # optimizer steps per pass
 
+    c.exploration = ConfigDict()
+    c.exploration.methods = ()  # explorers, applied in order (e.g. ("ead",)); () = plain GRPO
+    # Each method's section, config.exploration.<name>, defaults to its module's
+    # Explorer.defaults() (configs/ead.py sets configs/<method>.py's values).
+
     c.optim = ConfigDict()
     c.optim.lr = 1e-6  # AdamW learning rate
     c.optim.warmup_steps = 0  # linear warm-up of the learning rate (optimizer steps)

@@ -36,6 +36,7 @@ import time
 import jax
 import jax.numpy as jnp
 
+from explore_rl import memory
 from explore_rl.models import transformer, weights
 from explore_rl.sampling import sampler
 
@@ -213,15 +214,24 @@ def bench_step(args) -> dict:
         Problem(q, str(sum(map(int, q.split("?")[0].split()[2::2])))) for q in peer_questions()
     ]
     optimizer = make_optimizer(config_lib.optim_config(c))
+    memory.trim_after_compiles()
     progress = trainer.Progress(init_state(params, optimizer), jnp.zeros((), jnp.int32))
-    key = jax.random.key(0)
     peak = matmul_peak("float32")
     times = []
     with Verifier(2, 5.0) as verifier:
+        run = trainer.Run(
+            config=c,
+            cfg=cfg,
+            tok=tok,
+            train_set=problems,
+            test_sets={},
+            optimizer=optimizer,
+            verifier=verifier,
+            key=jax.random.key(0),
+            eval_key=jax.random.key(1),
+        )
         for step in range(args.steps + 1):  # the first step compiles
-            progress, m, _ = trainer.train_one_step(
-                progress, step, key, cfg, tok, problems, c, verifier, optimizer, None
-            )
+            progress, m, _ = trainer.train_one_step(run, progress, step)
             times.append(m)
     rows = PEER_PROMPTS * PEER_GROUP
     med = lambda k: statistics.median(t[k] for t in times[1:])  # noqa: E731

@@ -10,6 +10,7 @@ import jax
 from ml_collections import ConfigDict
 
 from explore_rl.data import tasks
+from explore_rl.exploration import base as exploration
 from explore_rl.models import presets, transformer, weights
 from explore_rl.models.tokenizer import Tokenizer
 from explore_rl.rewards.math import EXTRACTORS
@@ -60,6 +61,7 @@ def validate(c: ConfigDict) -> None:
         "train.steps, train.log_every and train.checkpoint_every must be >= 1",
     )
     _check(c.eval.samples >= 1, f"eval.samples={c.eval.samples}: need at least 1")
+    exploration.build(c)  # each method's checks, and conflicts between methods
     loss_config(c)  # its own checks (names, gspo + aggregation, dual clip)
     sampling_config(c, stop_ids=())
 

@@ -1,6 +1,9 @@
-"""Shared fixtures: tiny random HF checkpoints of each family, and the embedded GGUF."""
+"""Shared fixtures: tiny random HF checkpoints of each family, the embedded GGUF, and
+running the command line."""
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -88,3 +91,14 @@ def left_padded_batch(rng: np.random.Generator, lengths, vocab: int, total: int)
         tokens[i, total - n :] = rng.integers(1, vocab, n)
         mask[i, total - n :] = True
     return tokens, mask
+
+
+def run_main(*args, timeout=600):
+    """`python -m explore_rl.main ARGS` in a subprocess on the CPU backend."""
+    return subprocess.run(
+        [sys.executable, "-m", "explore_rl.main", *args],
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

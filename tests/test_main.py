@@ -1,24 +1,11 @@
 """The command line: `python -m explore_rl.main --mode sample` end to end."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+from conftest import run_main
 
 pytestmark = pytest.mark.slow  # subprocesses that load the embedded model
-
-
-def run_main(*args, timeout=600):
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    return subprocess.run(
-        [sys.executable, "-m", "explore_rl.main", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def test_sample_mode_writes_samples(tmp_path):

@@ -1,6 +1,7 @@
 """Evaluation metrics against hand-computed values."""
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -33,3 +34,48 @@ def test_curves_mean_and_majority():
     assert maj_at_k(answers, ok, 1) == pytest.approx(2 / 3)  # first answers; row 3 no vote
     tie = [["7", "5"]]
     assert maj_at_k(tie, np.array([[1, 0]], bool), 2) == 1.0  # tie: the answer seen first
+
+
+def test_report_averages_seeds_of_a_configuration(tmp_path):
+    import json
+
+    from explore_rl.evaluation import report
+
+    def write(name, rewards, pass1):
+        os.makedirs(tmp_path / name)
+        rows = [{"step": i + 1, "reward/mean": r} for i, r in enumerate(rewards)]
+        rows[-1]["eval/average/pass@1"] = pass1
+        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    write("ead-s0", [0.0, 0.2, 0.4, 0.6], 0.5)
+    write("ead-s1", [0.2, 0.2, 0.6, 0.8], 0.7)
+    write("grpo-s0", [0.1, 0.1, 0.1, 0.1], 0.2)
+    out = report.table([str(tmp_path / n) for n in ("grpo-s0", "ead-s1", "ead-s0")], window=2)
+    lines = out.splitlines()
+    assert lines[0].startswith("| run | seeds | reward first | reward last |")
+    ead = lines[2].split(" | ")
+    assert ead[0] == "| ead" and ead[1] == "2"
+    assert ead[2] == "0.150 (0.10/0.20)" and ead[3] == "0.600 (0.50/0.70)"  # first, last 2
+    assert ead[7] == "0.600 (0.50/0.70)"  # Pass@1 of the last evaluation
+    assert "nan" in ead[8]  # no Pass@8 logged
+    assert lines[3].startswith("| grpo | 1 | 0.100")
+    per_step = report.curve([str(tmp_path / n) for n in ("ead-s0", "ead-s1")], "reward/mean")
+    assert per_step.splitlines()[2] == "| ead | 0.10 | 0.20 | 0.50 | 0.70 |"
+
+
+def test_diversity_measures_by_hand():
+    from explore_rl.evaluation import diversity
+
+    assert diversity.distinct_n([[1, 2, 3, 4, 5], [1, 2, 3, 4]]) == 2 / 3  # 3 grams, 2 unique
+    assert math.isnan(diversity.distinct_n([[1, 2]]))
+    x = diversity.embed([[1, 2, 3, 4, 5], [1, 2, 3, 4]])  # grams (1234), (2345)
+    np.testing.assert_allclose(x, [[2**-0.5, 2**-0.5], [1, 0]])
+    pts = np.array([[0.0, 0], [2, 0], [0, 2], [2, 2]])
+    assert diversity.rms_radius(pts) == pytest.approx(math.sqrt(2))
+    inner, outer = np.array([[1.0, 1], [0.5, 1.5]]), np.array([[3.0, 3], [-1, 1]])
+    assert diversity.outside_hull(pts, np.concatenate([inner, outer])) == 0.5
+    assert math.isnan(diversity.outside_hull(pts[:1].repeat(3, 0), outer))  # no area
+    same = [[1, 2, 3, 4, 5], [1, 2, 3, 4, 6], [1, 2, 3, 4, 7]]
+    wide = [[9, 8, 7, 6], [5, 4, 3, 2, 1], [1, 2, 3, 4, 5]]
+    out = diversity.compare([same, same[:2]], [wide, wide])  # the 2nd prompt: < 3 correct
+    assert out["prompts_compared"] == 1 and out["rms_radius_ratio"] > 1

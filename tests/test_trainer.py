@@ -1,12 +1,11 @@
 """The trainer end to end: the smoke CLI, exact resume, config validation."""
 
 import os
-import subprocess
-import sys
 
 import jax
 import numpy as np
 import pytest
+from conftest import run_main
 
 from configs import grpo
 from explore_rl import config as config_lib
@@ -17,17 +16,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_smoke_cli_writes_the_run_directory_and_reruns(tmp_path):
-    cmd = [
-        sys.executable,
-        "-m",
-        "explore_rl.main",
-        "--config",
-        "configs/grpo.py:smoke",
-        "--workdir",
-        str(tmp_path),
-    ]
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    args = ["--config=configs/grpo.py:smoke", f"--workdir={tmp_path}"]
+    out = run_main(*args)
     assert out.returncode == 0, out.stderr[-3000:]
     names = set(os.listdir(tmp_path))
     assert {"config.json", "metrics.jsonl", "checkpoints", "samples"} <= names
@@ -45,7 +35,7 @@ def test_smoke_cli_writes_the_run_directory_and_reruns(tmp_path):
         "eval/arithmetic/pass@1",
     ):
         assert key in rows[-1], key
-    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    again = run_main(*args)
     assert again.returncode == 0 and len(read_metrics(str(tmp_path))) == 3  # resumed at the end
 
 
@@ -95,6 +85,7 @@ def test_config_validation_messages():
 def _fake_rollouts(rewards):
     """Rollouts of q groups x 2 rows with the given rewards (tokens encode the row)."""
     from explore_rl.data.tasks import Problem
+    from explore_rl.exploration.base import RolloutPlan
     from explore_rl.rl.rollout import Rollouts
     from explore_rl.sampling.sampler import Rollout
 
@@ -118,6 +109,7 @@ def _fake_rollouts(rewards):
         [f"r{i}" for i in rows],
         rewards,
         rewards > 0,
+        RolloutPlan(zeros + 1.0, info={"t": {"row": rows, "group": np.arange(q)}}),
     )
 
 
@@ -134,6 +126,9 @@ def test_dynamic_sampling_keeps_informative_groups_and_fills():
     np.testing.assert_array_equal(batch.rewards, [[0, 1], [1, 0], [0, 0]])
     assert batch.texts == ["r2", "r3", "r0", "r1", "r4", "r5"]
     np.testing.assert_array_equal(np.asarray(batch.out.tokens[:, 0]), [2, 3, 0, 1, 4, 5])
+    # explorers' per-row and per-group plan arrays follow their rows and groups
+    np.testing.assert_array_equal(batch.plan.info["t"]["row"], [2, 3, 0, 1, 4, 5])
+    np.testing.assert_array_equal(batch.plan.info["t"]["group"], [1, 0, 2])
     assert trainer.fill_groups(kept, spare, 1) == ([(a, 1)], 0)
 
 
@@ -147,15 +142,35 @@ def test_dynamic_sampling_runs_until_its_budget(tmp_path):
 
 
 def test_pi_old_pass_is_skipped_only_when_mu_is_pi_old():
+    from explore_rl.exploration import base
+    from explore_rl.exploration.ead import EAD
+    from explore_rl.models.transformer import Interventions
+
+    def plan(c):
+        return base.base_plan(4, 16, c.rollout.temperature, [])
+
     c = grpo.get_config("demo")
-    assert trainer.behaviour_is_pi_old(c)
+    assert trainer.behaviour_is_pi_old(c, plan(c))
     for field, value in [("temperature", 1.2), ("top_p", 0.95), ("top_k", 20)]:
         changed = grpo.get_config("demo")
         setattr(changed.rollout, field, value)
-        assert not trainer.behaviour_is_pi_old(changed), field
-    changed = grpo.get_config("demo")
-    changed.rl.ppo_epochs = 2
-    assert not trainer.behaviour_is_pi_old(changed)
-    changed = grpo.get_config("demo")
-    changed.rl.pi_old = "recompute"
-    assert not trainer.behaviour_is_pi_old(changed)
+        assert not trainer.behaviour_is_pi_old(changed, plan(changed)), field
+    for field, value in [("ppo_epochs", 2), ("minibatches", 2), ("pi_old", "recompute")]:
+        changed = grpo.get_config("demo")
+        setattr(changed.rl, field, value)
+        assert not trainer.behaviour_is_pi_old(changed, plan(changed)), field
+    ctx = base.StepContext(None, None, None, c, step=3)
+    annealed = EAD(EAD.defaults(), c).plan({}, plan(c), ctx, None)  # hot from t = c = 10
+    assert not trainer.behaviour_is_pi_old(c, annealed)
+    steered = plan(c).replace(interventions=Interventions(steer=jax.numpy.zeros((4, 8))))
+    assert not trainer.behaviour_is_pi_old(c, steered)
+
+
+def test_kl_to_the_frozen_reference_through_the_trainer(tmp_path):
+    c = grpo.get_config("smoke")
+    c.rl.kl_coef, c.train.steps, c.train.eval_every = 0.1, 3, 0
+    c.optim.lr = 1e-2  # move far from the reference in two updates
+    trainer.train(c, str(tmp_path))
+    kl = [r["policy/kl_ref"] for r in read_metrics(str(tmp_path))]
+    assert kl[0] == 0.0  # the first update starts at the reference: k3 = 0 exactly
+    assert 0 < kl[1] < kl[2]  # the reference stays frozen while the policy moves away

@@ -1,17 +1,18 @@
 """Held-out evaluation: n samples per question, Mean@n, Pass@k for every k <= n, Maj@n.
 
 Per benchmark and averaged over benchmarks; sampling temperature and top-p from the
-config (0.6 / 0.95 by default, as EDEN and ASE report).
+config (0.6 / 0.95 by default, as EDEN and ASE report). `plan_fn` lets explorers that
+act at test time (EAD's annealed schedule) edit each batch's plan; default: plain policy.
 """
 
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from explore_rl.data.tasks import Problem
 from explore_rl.evaluation import metrics
+from explore_rl.exploration.base import base_plan
 from explore_rl.rewards.math import Verifier, extract_answer
 from explore_rl.rl import rollout
 from explore_rl.sampling import sampler
@@ -26,6 +27,7 @@ def evaluate(
     verifier: Verifier,
     rng: jax.Array,
     extractors,
+    plan_fn=None,
 ) -> dict[str, float]:
     e, n = config.eval, config.eval.samples
     sampling = sampler.SamplingConfig(e.max_new_tokens, e.top_p, 0, tok.stop_ids)
@@ -35,14 +37,13 @@ def evaluate(
         correct, answers = [], []
         for start in range(0, len(problems), e.batch_prompts):
             chunk = problems[start : start + e.batch_prompts]
-            tau = jnp.full((len(chunk) * n, e.max_new_tokens), e.temperature)
+            plan = base_plan(len(chunk) * n, e.max_new_tokens, e.temperature, chunk)
             r = rollout.generate(
                 params,
                 cfg,
                 tok,
-                chunk,
+                plan_fn(plan) if plan_fn else plan,
                 jax.random.fold_in(rng, start),
-                tau,
                 sampling,
                 verifier,
                 config.task.instruction,

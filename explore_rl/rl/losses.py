@@ -175,7 +175,7 @@ def policy_loss(config: LossConfig, x: LossInputs, n: Array | None = None):
     if config.tis_cap:
         w = tis_weight(x.old_logp, x.behaviour_logp, config.tis_cap)
         loss_tok = loss_tok * w
-        metrics.update(_tis_metrics(w, x.old_logp, x.behaviour_logp, mask, config.tis_cap))
+        metrics.update(_tis_metrics(w, mask, config.tis_cap))
     if x.weights is not None:
         loss_tok = loss_tok * x.weights[:, None]
     loss = agg.reduce(loss_tok, mask, n)
@@ -197,15 +197,17 @@ def policy_loss(config: LossConfig, x: LossInputs, n: Array | None = None):
     )
     if x.entropy is not None:
         metrics["policy/entropy"] = _token_sum(x.entropy, mask, count)
+    if x.behaviour_logp is not None:
+        # KL(mu || pi_old) per token, estimated (k1) on the tokens drawn from mu: how far
+        # the explorers' sampling is from the policy the update corrects towards.
+        metrics["policy/kl_mu_old"] = _token_sum(x.behaviour_logp - x.old_logp, mask, count)
     return loss, jax.lax.stop_gradient(metrics)
 
 
-def _tis_metrics(w, old_logp, behaviour_logp, mask, cap) -> dict:
+def _tis_metrics(w, mask, cap) -> dict:
     count = jnp.sum(mask)
     return {
         "tis/mean": _token_sum(w, mask, count),
         "tis/max": jnp.max(jnp.where(mask, w, 0.0)),
         "tis/clipped_frac": _token_sum(w >= cap, mask, count),
-        # KL(mu || pi_old) per token, estimated on the tokens drawn from mu (k1).
-        "tis/kl_mu_old": _token_sum(behaviour_logp - old_logp, mask, count),
     }

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from explore_rl.data.tasks import Problem
+from explore_rl.exploration.base import RolloutPlan
 from explore_rl.models.tokenizer import Tokenizer
 from explore_rl.rewards.math import Verifier, format_reward
 from explore_rl.sampling import sampler
@@ -30,6 +31,7 @@ class Rollouts:
     texts: list[str]  # B decoded responses
     rewards: np.ndarray  # [Q, G]
     correct: np.ndarray  # [Q, G] bool
+    plan: RolloutPlan  # how the rows were drawn (its `problems` moved to `problems`)
     timeouts: int = 0
 
     @property
@@ -54,9 +56,8 @@ def generate(
     params,
     cfg,
     tok: Tokenizer,
-    problems: list[Problem],
+    plan: RolloutPlan,
     rng,
-    temperature,
     sampling: sampler.SamplingConfig,
     verifier: Verifier,
     instruction: str,
@@ -64,10 +65,18 @@ def generate(
     extractors,
     format_weight: float,
 ) -> Rollouts:
-    """Sample G = temperature.shape[0] / Q responses per problem and score them."""
+    """Sample G = B / Q responses to each of the plan's Q problems and score them."""
+    problems = plan.problems
     prompts, mask = encode(tok, problems, instruction, max_prompt_len)
     out = sampler.sample(
-        params, cfg, jnp.asarray(prompts), jnp.asarray(mask), rng, temperature, sampling
+        params,
+        cfg,
+        jnp.asarray(prompts),
+        jnp.asarray(mask),
+        rng,
+        plan.temperature,
+        sampling,
+        plan.interventions,
     )
     tokens, keep = np.asarray(out.tokens), np.asarray(out.mask)
     texts = [tok.decode(t[k]) for t, k in zip(tokens, keep)]
@@ -78,11 +87,25 @@ def generate(
     rewards = correct + format_weight * np.asarray(
         [format_reward(t) for t in texts], np.float32
     ).reshape(correct.shape)
-    return Rollouts(problems, prompts, mask, out, texts, rewards, correct > 0, timeouts)
+    return Rollouts(
+        problems,
+        prompts,
+        mask,
+        out,
+        texts,
+        rewards,
+        correct > 0,
+        plan.replace(problems=None),
+        timeouts,
+    )
 
 
 def _pad_left(x: np.ndarray, length: int, value) -> np.ndarray:
     return np.pad(x, ((0, 0), (length - x.shape[1], 0)), constant_values=value)
+
+
+def _concat(*xs):
+    return jnp.concatenate(xs, axis=0)
 
 
 def select_groups(parts: list[tuple[Rollouts, int]], pad_id: int) -> Rollouts:
@@ -92,7 +115,7 @@ def select_groups(parts: list[tuple[Rollouts, int]], pad_id: int) -> Rollouts:
     g = parts[0][0].group_size
     rows = lambda r, i: slice(i * g, (i + 1) * g)  # noqa: E731
     out = jax.tree.map(
-        lambda *xs: jnp.concatenate(xs, axis=0),
+        _concat,
         *[jax.tree.map(lambda x, r=r, i=i: x[rows(r, i)], r.out) for r, i in parts],
     )
     return Rollouts(
@@ -105,6 +128,7 @@ def select_groups(parts: list[tuple[Rollouts, int]], pad_id: int) -> Rollouts:
         texts=[t for r, i in parts for t in r.texts[rows(r, i)]],
         rewards=np.stack([r.rewards[i] for r, i in parts]),
         correct=np.stack([r.correct[i] for r, i in parts]),
+        plan=jax.tree.map(_concat, *[r.plan.rows(i, g) for r, i in parts]),
     )
 
 

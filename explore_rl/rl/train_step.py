@@ -131,6 +131,7 @@ def _loss(params, cfg, lc: losses.LossConfig, mb: Batch, n):
         advantages=mb.advantages,
         mask=mb.mask,
         behaviour_logp=mb.behaviour_logp,
+        ref_logp=mb.ref_logp,
         entropy=entropy,
         weights=mb.weights,
     )

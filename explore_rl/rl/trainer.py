@@ -18,12 +18,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from ml_collections import ConfigDict
 from tqdm import tqdm
 
 from explore_rl import config as config_lib
-from explore_rl import parallel
+from explore_rl import memory, parallel
 from explore_rl.checkpoint import Checkpointer
 from explore_rl.evaluation.evaluate import evaluate
+from explore_rl.exploration import base as exploration
 from explore_rl.logs import RunLogger
 from explore_rl.rewards.math import Verifier
 from explore_rl.rl import advantages as advantages_lib
@@ -46,6 +48,57 @@ class Progress:
 
     state: object  # TrainState
     data_position: jax.Array  # next index into the training stream
+    explorers: dict = dataclasses.field(default_factory=dict)  # {name: explorer state}
+
+
+@dataclasses.dataclass
+class Run:
+    """What stays fixed over a run's steps."""
+
+    config: ConfigDict
+    cfg: object  # ModelConfig
+    tok: object  # Tokenizer
+    train_set: list
+    test_sets: dict  # {benchmark: problems}
+    optimizer: object
+    verifier: Verifier
+    key: jax.Array  # step s samples with fold_in(key, s)
+    eval_key: jax.Array  # evaluation after step s: fold_in(eval_key, s)
+    explorers: list = dataclasses.field(default_factory=list)
+    ref_params: dict | None = None  # frozen reference policy, when rl.kl_coef > 0
+    workdir: str | None = None
+
+    @classmethod
+    def create(cls, c, cfg, tok, verifier, workdir=None, ref_params=None) -> Run:
+        """The run of config `c`: its problems, optimizer, keys and explorers."""
+        train_set, test_sets = config_lib.load_problems(c)
+        key, eval_key = jax.random.split(jax.random.key(c.seed))
+        return cls(
+            config=c,
+            cfg=cfg,
+            tok=tok,
+            train_set=train_set,
+            test_sets=test_sets,
+            optimizer=make_optimizer(config_lib.optim_config(c)),
+            verifier=verifier,
+            key=key,
+            eval_key=eval_key,
+            explorers=exploration.build(c),
+            ref_params=ref_params,
+            workdir=workdir,
+        )
+
+    def context(self, params, step: int) -> exploration.StepContext:
+        return exploration.StepContext(
+            params,
+            self.cfg,
+            self.tok,
+            self.config,
+            step,
+            self.train_set,
+            self.verifier,
+            self.workdir,
+        )
 
 
 def stream(problems: list, seed: int, position: int, n: int) -> list:
@@ -57,24 +110,29 @@ def stream(problems: list, seed: int, position: int, n: int) -> list:
     return out
 
 
-def collect(params, cfg, tok, problems, position: int, step_key, c, verifier):
+def collect(run: Run, progress: Progress, step: int):
     """The step's Q groups (DAPO: informative ones, refilled); new data position."""
+    c, params = run.config, progress.state.params
     r, q, g = c.rollout, c.rollout.prompts, c.rollout.group_size
-    sampling = config_lib.sampling_config(c, tok.stop_ids)
-    tau = jnp.full((q * g, r.max_new_tokens), r.temperature, jnp.float32)
+    sampling = config_lib.sampling_config(c, run.tok.stop_ids)
+    ctx, step_key = run.context(params, step), jax.random.fold_in(run.key, step)
+    position = int(progress.data_position)
     kept, spare, batches, timeouts = [], [], 0, 0
     while len(kept) < q and batches < (r.max_generation_batches if r.dynamic_sampling else 1):
-        chunk = stream(problems, c.seed, position, q)
+        plan_key, sample_key = jax.random.split(jax.random.fold_in(step_key, batches))
+        plan = exploration.base_plan(
+            q * g, r.max_new_tokens, r.temperature, stream(run.train_set, c.seed, position, q)
+        )
+        plan = exploration.plan(run.explorers, progress.explorers, plan, ctx, plan_key)
         position += q
         ro = rollout_lib.generate(
             params,
-            cfg,
-            tok,
-            chunk,
-            jax.random.fold_in(step_key, batches),
-            tau,
+            run.cfg,
+            run.tok,
+            plan,
+            sample_key,
             sampling,
-            verifier,
+            run.verifier,
             c.task.instruction,
             r.max_prompt_len,
             config_lib.extractors(c),
@@ -85,7 +143,7 @@ def collect(params, cfg, tok, problems, position: int, step_key, c, verifier):
         kept += [(ro, i) for i in np.flatnonzero(good)]
         spare += [(ro, i) for i in np.flatnonzero(~good)]
     parts, filled = fill_groups(kept, spare, q)
-    ro = dataclasses.replace(rollout_lib.select_groups(parts, tok.pad_id), timeouts=timeouts)
+    ro = dataclasses.replace(rollout_lib.select_groups(parts, run.tok.pad_id), timeouts=timeouts)
     return ro, position, {"rollout/generation_batches": batches, "rollout/filled_groups": filled}
 
 
@@ -104,49 +162,63 @@ def rollout_metrics(ro) -> dict:
         "reward/accuracy": ro.correct.mean(),
         "groups/zero_adv_frac": 1.0 - rollout_lib.informative(ro).mean(),
         "rollout/entropy": ent[mask].mean(),
+        "rollout/temperature": np.asarray(ro.plan.temperature)[mask].mean(),
         "rollout/response_len": lengths.mean(),
         "rollout/truncated_frac": 1.0 - np.asarray(out.finished).mean(),
         "rollout/verifier_timeouts": ro.timeouts,
     }
 
 
-def behaviour_is_pi_old(c) -> bool:
+def behaviour_is_pi_old(c, plan: exploration.RolloutPlan) -> bool:
     """Whether the sampler's mu already is pi_old, so its forward pass can be skipped: one
-    update per batch (pi_old = the sampling params), temperature 1, no truncation. Equal
-    up to float rounding of two computation orders (~1e-6 in log-prob)."""
+    update per batch (pi_old = the sampling params), a clean plan (temperature 1, no
+    interventions), no truncation. Equal up to float rounding of two computation orders
+    (~1e-6 in log-prob)."""
     r = c.rollout
     return (
         c.rl.pi_old == "auto"
         and c.rl.ppo_epochs == 1
         and c.rl.minibatches == 1
-        and r.temperature == 1.0
         and r.top_p == 1.0
         and r.top_k == 0
+        and plan.is_clean
     )
 
 
-def make_batch(ro, params, ref_params, cfg, c) -> Batch:
+def make_batch(run: Run, progress: Progress, ro, step: int):
+    """The update's batch (every row scored under its clean prompt) and the explorers'
+    new states and metrics."""
+    c, cfg, params = run.config, run.cfg, progress.state.params
     q, g = ro.rewards.shape
     adv = advantages_lib.ADVANTAGES[c.rl.advantage](jnp.asarray(ro.rewards)).reshape(q * g)
+    adv, weights, states, metrics = exploration.shape(
+        run.explorers,
+        progress.explorers,
+        ro,
+        np.asarray(adv),
+        np.ones(q * g, np.float32),
+        run.context(params, step),
+    )
     prompts, pmask = jnp.asarray(ro.prompts), jnp.asarray(ro.prompt_mask)
-    if behaviour_is_pi_old(c):
+    if behaviour_is_pi_old(c, ro.plan):
         old = ro.out.logprobs
     else:
         old, _ = score_jit(params, cfg, prompts, pmask, ro.out.tokens, ro.out.mask)
     ref = None
-    if ref_params is not None:
-        ref = score_jit(ref_params, cfg, prompts, pmask, ro.out.tokens, ro.out.mask)[0]
-    return Batch(
+    if run.ref_params is not None:
+        ref = score_jit(run.ref_params, cfg, prompts, pmask, ro.out.tokens, ro.out.mask)[0]
+    batch = Batch(
         prompts=prompts,
         prompt_mask=pmask,
         tokens=ro.out.tokens,
         mask=ro.out.mask,
-        advantages=adv,
+        advantages=jnp.asarray(adv, jnp.float32),
         behaviour_logp=ro.out.logprobs,
         old_logp=old,
-        weights=jnp.ones(q * g),
+        weights=jnp.asarray(weights, jnp.float32),
         ref_logp=ref,
     )
+    return batch, states, metrics
 
 
 def update(state, batch: Batch, cfg, c, optimizer):
@@ -160,95 +232,103 @@ def update(state, batch: Batch, cfg, c, optimizer):
     return state, {k: float(np.mean([m[k] for m in metrics])) for k in metrics[0]}
 
 
-def train(c, workdir: str):
+def start(c, workdir: str, verifier: Verifier):
+    """Load everything a run needs; resume from the newest checkpoint if there is one."""
     config_lib.validate(c)
     os.makedirs(workdir, exist_ok=True)
+    memory.trim_after_compiles()
     mesh = parallel.make_mesh(c.mesh.data, c.mesh.fsdp)
     params, cfg, tok = config_lib.load_policy(c, parallel.placer(mesh))
-    train_set, test_sets = config_lib.load_problems(c)
-    optimizer = make_optimizer(config_lib.optim_config(c))
-    ref_params = jax.tree.map(jnp.copy, params) if c.rl.kl_coef else None
-    progress = Progress(init_state(params, optimizer), jnp.zeros((), jnp.int32))
-    progress = jax.device_put(progress, parallel.param_shardings(progress, mesh))
+    ref = jax.tree.map(jnp.copy, params) if c.rl.kl_coef else None
+    run = Run.create(c, cfg, tok, verifier, workdir, ref)
     ckpt = Checkpointer(workdir, c.train.keep_checkpoints)
-    start = ckpt.latest_step() or 0
-    if start:
-        progress = ckpt.restore(start, progress)
+    step = ckpt.latest_step() or 0
+    ctx = run.context(params, 0)
+    states = {ex.name: (ex.template if step else ex.init)(ctx) for ex in run.explorers}
+    progress = Progress(init_state(params, run.optimizer), jnp.zeros((), jnp.int32), states)
+    progress = jax.device_put(progress, parallel.param_shardings(progress, mesh))
+    if step:
+        progress = ckpt.restore(step, progress)
+    return run, progress, ckpt
+
+
+def train(c, workdir: str):
+    with Verifier(c.reward.workers, c.reward.timeout) as verifier:
+        return _train(c, workdir, verifier)
+
+
+def _train(c, workdir: str, verifier: Verifier):
+    run, progress, ckpt = start(c, workdir, verifier)
+    start_step = ckpt.latest_step() or 0
     with open(os.path.join(workdir, "config.json"), "w") as f:
         f.write(c.to_json(indent=2))
-    logger = RunLogger(workdir, start)
-    key, eval_key = jax.random.split(jax.random.key(c.seed))
-    with Verifier(c.reward.workers, c.reward.timeout) as verifier:
-        bar = tqdm(
-            range(start, c.train.steps),
-            initial=start,
-            total=c.train.steps,
-            desc="train",
-            dynamic_ncols=True,
+    logger = RunLogger(workdir, start_step)
+    bar = tqdm(
+        range(start_step, c.train.steps),
+        initial=start_step,
+        total=c.train.steps,
+        desc="train",
+        dynamic_ncols=True,
+    )
+    for step in bar:
+        progress, metrics, ro = train_one_step(run, progress, step)
+        if c.train.eval_every and (step + 1) % c.train.eval_every == 0:
+            metrics.update(run_evaluation(run, progress, step + 1))
+        if (step + 1) % c.train.log_every == 0 or step + 1 == c.train.steps:
+            logger.log(step + 1, metrics, _samples(ro, c.train.samples_to_log))
+        if (step + 1) % c.train.checkpoint_every == 0 or step + 1 == c.train.steps:
+            ckpt.save(step + 1, progress)
+        bar.set_postfix(
+            reward=f"{metrics['reward/mean']:.3f}",
+            zero_adv=f"{metrics['groups/zero_adv_frac']:.2f}",
+            loss=f"{metrics['train/loss']:.4f}",
         )
-        for step in bar:
-            progress, metrics, ro = train_one_step(
-                progress, step, key, cfg, tok, train_set, c, verifier, optimizer, ref_params
-            )
-            if c.train.eval_every and (step + 1) % c.train.eval_every == 0:
-                metrics.update(
-                    evaluate(
-                        progress.state.params,
-                        cfg,
-                        tok,
-                        test_sets,
-                        c,
-                        verifier,
-                        jax.random.fold_in(eval_key, step),
-                        config_lib.extractors(c),
-                    )
-                )
-            if (step + 1) % c.train.log_every == 0 or step + 1 == c.train.steps:
-                logger.log(step + 1, metrics, _samples(ro, c.train.samples_to_log))
-            if (step + 1) % c.train.checkpoint_every == 0 or step + 1 == c.train.steps:
-                ckpt.save(step + 1, progress)
-            bar.set_postfix(
-                reward=f"{metrics['reward/mean']:.3f}",
-                zero_adv=f"{metrics['groups/zero_adv_frac']:.2f}",
-                loss=f"{metrics['train/loss']:.4f}",
-            )
     ckpt.close()
     logger.close()
     return progress
 
 
-def train_one_step(progress, step, key, cfg, tok, train_set, c, verifier, optimizer, ref_params):
+def run_evaluation(run: Run, progress: Progress, step: int) -> dict:
+    """Held-out evaluation of the params after `step` steps; explorers may act at test
+    time (EAD's schedule at step `step`)."""
+    ctx = run.context(progress.state.params, step)
+    return evaluate(
+        progress.state.params,
+        run.cfg,
+        run.tok,
+        run.test_sets,
+        run.config,
+        run.verifier,
+        jax.random.fold_in(run.eval_key, step),
+        config_lib.extractors(run.config),
+        lambda p: exploration.eval_plan(run.explorers, progress.explorers, p, ctx),
+    )
+
+
+def train_one_step(run: Run, progress: Progress, step: int):
     """Rollout, pi_old, update for global step `step`: (new progress, metrics, rollouts)."""
     t0 = time.perf_counter()
-    params = progress.state.params
-    ro, position, gen_metrics = collect(
-        params,
-        cfg,
-        tok,
-        train_set,
-        int(progress.data_position),
-        jax.random.fold_in(key, step),
-        c,
-        verifier,
-    )
+    ro, position, gen_metrics = collect(run, progress, step)
+    memory.trim()  # the sampler's caches are free: keep them out of the update's peak
     t1 = time.perf_counter()
-    batch = make_batch(ro, params, ref_params, cfg, c)
+    batch, states, explorer_metrics = make_batch(run, progress, ro, step)
     jax.block_until_ready(batch.old_logp)  # dispatch is asynchronous: time the work
     t2 = time.perf_counter()
-    state, train_metrics = update(progress.state, batch, cfg, c, optimizer)
+    state, train_metrics = update(progress.state, batch, run.cfg, run.config, run.optimizer)
     jax.block_until_ready(state.params)
     t3 = time.perf_counter()
     tokens = int(np.asarray(ro.out.mask).sum())
     metrics = {
         **rollout_metrics(ro),
         **gen_metrics,
+        **explorer_metrics,
         **train_metrics,
         "time/rollout_s": t1 - t0,
         "time/pi_old_s": t2 - t1,
         "time/update_s": t3 - t2,
         "perf/tokens_per_s": tokens / (t3 - t0),
     }
-    return Progress(state, jnp.asarray(position, jnp.int32)), metrics, ro
+    return Progress(state, jnp.asarray(position, jnp.int32), states), metrics, ro
 
 
 def _samples(ro, n: int) -> list[dict]:
@@ -268,28 +348,20 @@ def run_eval(c, workdir: str | None) -> dict:
     """--mode eval: the model (or a run's newest checkpoint) on the held-out benchmarks."""
     config_lib.validate(c)
     params, cfg, tok = config_lib.load_policy(c)
+    run = Run.create(c, cfg, tok, verifier=None)
+    ctx = run.context(params, 0)
+    states = {ex.name: ex.template(ctx) for ex in run.explorers}
+    progress = Progress(init_state(params, run.optimizer), jnp.zeros((), jnp.int32), states)
+    step = 0
     if c.eval.checkpoint:
         ckpt = Checkpointer(c.eval.checkpoint)
-        like = Progress(
-            init_state(params, make_optimizer(config_lib.optim_config(c))), jnp.zeros((), jnp.int32)
-        )
         step = ckpt.latest_step()
         if step is None:
             raise ValueError(f"{c.eval.checkpoint}: no checkpoint to evaluate")
-        params = ckpt.restore(step, like).state.params
+        progress = ckpt.restore(step, progress)
         ckpt.close()
-    _, test_sets = config_lib.load_problems(c)
-    with Verifier(c.reward.workers, c.reward.timeout) as verifier:
-        results = evaluate(
-            params,
-            cfg,
-            tok,
-            test_sets,
-            c,
-            verifier,
-            jax.random.key(c.seed),
-            config_lib.extractors(c),
-        )
+    with Verifier(c.reward.workers, c.reward.timeout) as run.verifier:
+        results = run_evaluation(run, progress, step)
     if workdir:
         os.makedirs(workdir, exist_ok=True)
         with open(os.path.join(workdir, "eval.json"), "w") as f:

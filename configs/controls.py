@@ -1,0 +1,63 @@
+"""The controls every exploration method is compared against (METHODS.md, "Controls"):
+configs/grpo.py with one value changed, at the same scale and seeds.
+
+    python -m explore_rl.main --config configs/controls.py:temperature --workdir runs/t12
+    python -m explore_rl.main --config configs/controls.py:entropy,smoke --workdir runs/x
+
+The argument is `<control>[,<scale>]`, scale one of smoke | demo (default) | paper.
+"""
+
+from configs import grpo
+
+
+def _temperature(c):  # EDEN's "Higher Temperature (T=1.2)"
+    c.rollout.temperature = 1.2
+
+
+def _entropy(c):  # a larger entropy bonus: 10x EDEN's default alpha = 0.001 (ours)
+    c.rl.entropy_coef = 0.01
+
+
+def _clip_higher(c):  # grpo.py already has DAPO's 0.28; the control widens it (value ours)
+    c.rl.eps_high = 0.4
+
+
+def _group(c):  # twice the rollouts per prompt, same prompts per step
+    c.rollout.group_size *= 2
+    c.optim.micro_batches = min(2 * c.optim.micro_batches, c.rollout.prompts)
+
+
+def _dapo(c):  # dynamic sampling: refill until 0 < correct < G (Yu et al. 2025)
+    c.rollout.dynamic_sampling = True
+
+
+def _dr_grpo(c):  # no std division, constant normaliser (Liu et al. 2025)
+    c.rl.advantage, c.rl.aggregation = "dr_grpo", "seq_mean_token_sum_norm"
+
+
+def _gspo(c):  # sequence-level ratio (Zheng et al. 2025)
+    c.rl.policy, c.rl.aggregation = "gspo", "seq_mean_token_mean"
+
+
+CONTROLS = {
+    "temperature": _temperature,
+    "entropy": _entropy,
+    "clip_higher": _clip_higher,
+    "group": _group,
+    "dapo": _dapo,
+    "dr_grpo": _dr_grpo,
+    "gspo": _gspo,
+}
+
+
+def get_config(arg: str | None = None):
+    control, _, scale = (arg or "").partition(",")
+    if control not in CONTROLS:
+        raise ValueError(f"configs/controls.py:{arg}: allowed {sorted(CONTROLS)}[,scale]")
+    c = grpo.get_config(scale or "demo")
+    CONTROLS[control](c)
+    return c
+
+
+def get_sweep(hyper):
+    return hyper.product([hyper.sweep("config.seed", [0, 1])])

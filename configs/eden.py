@@ -1,0 +1,63 @@
+"""EDEN (seed 000): GRPO with an appended noisy anchor embedding on a quarter of each group.
+
+    python -m explore_rl.main --config configs/eden.py:smoke --workdir runs/eden-smoke
+    python -m explore_rl.main --config configs/eden.py:demo --workdir runs/eden-demo
+    python -m explore_rl.main --config configs/eden.py:no_anchor,demo --workdir runs/x
+    python -m explore_rl.main --config configs/eden.py:paper --workdir runs/eden-paper \\
+        --config.model.path=/models/Qwen2.5-Math-1.5B --config.task.train_path=train.jsonl
+
+The argument is `[<ablation>,]<scale>`: scale smoke | demo | paper (configs/grpo.py's, so
+runs compare at equal rollout budget), ablation one of ABLATIONS (the paper's).
+"""
+
+from configs import grpo
+from explore_rl.exploration.eden import EDEN
+
+
+def _scale(c, scale):
+    e = c.exploration.eden
+    if scale == "smoke":  # tiny random model: 1 noisy of 4, a 2-token bank, a tiny screen
+        e.noisy, e.warmup, e.bank_size = 1, 2, 2
+        e.candidates, e.probe_prompts, e.probe_samples = 4, 2, 2
+    elif scale == "demo":  # SmolLM2-135M: 2 noisy of 8 (the paper's 25%)
+        e.noisy, e.rho, e.warmup = 2, 0.12, 6  # rho of the paper's small model (0.5B)
+        e.candidates, e.probe_prompts, e.probe_samples = 16, 8, 4
+    else:  # Qwen2.5-Math-1.5B, 12 clean + 4 noisy of 16, warm-up 200 steps
+        e.noisy, e.rho, e.warmup = 4, 0.18, 200
+        e.candidates, e.probe_prompts, e.probe_samples = 32, 16, 4
+
+
+ABLATIONS = {
+    "no_noise": lambda e, g: e.update(rho=0.0),
+    "no_anchor": lambda e, g: e.update(anchor="none"),  # norm-matched noise alone
+    "anchor_per_rollout": lambda e, g: e.update(anchor="per_rollout"),
+    "fixed_anchor": lambda e, g: e.update(anchor="fixed_random"),
+    "bank1": lambda e, g: e.update(bank_size=1),
+    "bank4": lambda e, g: e.update(bank_size=min(4, e.candidates)),
+    "noisy50": lambda e, g: e.update(noisy=g // 2),
+    "no_filter": lambda e, g: e.update(keep=1.0),
+}
+
+
+def get_config(arg: str | None = None):
+    *ablation, scale = (arg or "demo").split(",")
+    if scale not in ("smoke", "demo", "paper") or len(ablation) > 1:
+        raise ValueError(f"configs/eden.py:{arg}: give [<ablation>,]<smoke|demo|paper>")
+    if ablation and ablation[0] not in ABLATIONS:
+        raise ValueError(f"configs/eden.py:{arg}: ablations {sorted(ABLATIONS)}")
+    c = grpo.get_config(scale)
+    c.exploration.methods = ("eden",)
+    c.exploration.eden = EDEN.defaults()
+    _scale(c, scale)
+    if ablation:
+        ABLATIONS[ablation[0]](c.exploration.eden, c.rollout.group_size)
+    return c
+
+
+def get_sweep(hyper):
+    return hyper.product(
+        [
+            hyper.sweep("config.seed", [0, 1]),
+            hyper.sweep("config.exploration.eden.rho", [0.12, 0.18]),
+        ]
+    )

@@ -1,0 +1,182 @@
+"""Diversity of correct rollouts before any update: standard vs anchor-perturbed (EDEN).
+
+EDEN's analysis (seed 000, "Diversity appears before any update"): for each prompt, sample
+G standard rollouts and G rollouts with the prompt's anchor + per-row noise appended, keep
+the correct ones, and compare their spread in an aligned 4-gram space. Our reading of that
+space: each response is its vector of 4-gram counts over the prompt's joint 4-gram
+vocabulary, L2-normalised (so length does not dominate). Per prompt with at least 3 correct
+rollouts on each side:
+  - RMS radius ratio: sqrt(mean ||x - mean(x)||^2) of the perturbed set / the standard set's;
+  - outside the hull: the fraction of perturbed points outside the convex hull of the
+    standard points, in the 2-D PCA plane of both sets together (a hull in the full
+    space contains almost nothing; the projection is ours);
+and over all responses, distinct-4 (unique / total 4-grams), correct ones and all.
+
+    python -m explore_rl.evaluation.diversity --config configs/eden.py:demo --prompts 32
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.spatial
+from absl import app, flags
+from ml_collections import config_flags
+
+from explore_rl import config as config_lib
+from explore_rl.exploration import base, eden
+from explore_rl.models.transformer import Interventions
+from explore_rl.rewards.math import Verifier
+from explore_rl.rl import rollout as rollout_lib
+
+N = 4
+
+
+def ngrams(tokens, n: int = N) -> list[tuple]:
+    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+
+
+def distinct_n(responses: list, n: int = N) -> float:
+    """Unique n-grams / all n-grams over the responses (token ids)."""
+    grams = [g for r in responses for g in ngrams(r, n)]
+    return len(set(grams)) / len(grams) if grams else float("nan")
+
+
+def embed(responses: list, n: int = N) -> np.ndarray:
+    """[R, V] L2-normalised n-gram count vectors over the responses' joint vocabulary."""
+    counts = [Counter(ngrams(r, n)) for r in responses]
+    vocab = {g: i for i, g in enumerate(sorted({g for c in counts for g in c}))}
+    x = np.zeros((len(responses), max(len(vocab), 1)))
+    for row, c in enumerate(counts):
+        for g, k in c.items():
+            x[row, vocab[g]] = k
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def rms_radius(x: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.sum((x - x.mean(0)) ** 2, axis=1))))
+
+
+def outside_hull(standard: np.ndarray, perturbed: np.ndarray) -> float:
+    """Fraction of perturbed points outside the standard points' hull in the 2-D PCA plane
+    of both; NaN when the standard points span no area there."""
+    both = np.concatenate([standard, perturbed])
+    centred = both - both.mean(0)
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)
+    plane = centred @ vt[:2].T
+    if plane.shape[1] < 2:
+        return float("nan")
+    try:
+        hull = scipy.spatial.Delaunay(plane[: len(standard)])
+    except scipy.spatial.QhullError:  # collinear or repeated points: no area
+        return float("nan")
+    return float(np.mean(hull.find_simplex(plane[len(standard) :]) < 0))
+
+
+def compare(standard: list[list], perturbed: list[list]) -> dict[str, float]:
+    """Per-prompt spread of correct responses: [(standard, perturbed) per prompt] lists of
+    token-id responses; prompts with < 3 correct on a side are skipped."""
+    ratios, outside = [], []
+    for s, p in zip(standard, perturbed):
+        if len(s) < 3 or len(p) < 3:
+            continue
+        x = embed(s + p)
+        rs, rp = rms_radius(x[: len(s)]), rms_radius(x[len(s) :])
+        if rs > 0:
+            ratios.append(rp / rs)
+        frac = outside_hull(x[: len(s)], x[len(s) :])
+        if not np.isnan(frac):
+            outside.append(frac)
+    return {
+        "prompts_compared": len(ratios),
+        "rms_radius_ratio": float(np.mean(ratios)) if ratios else float("nan"),
+        "outside_hull_frac": float(np.mean(outside)) if outside else float("nan"),
+    }
+
+
+def analyse(c, prompts: int, samples: int) -> dict:
+    """Sample both sides at temperature 1 with the initial policy and compare them."""
+    params, cfg, tok = config_lib.load_policy(c)
+    train_set, tests = config_lib.load_problems(c)
+    problems = next(iter(tests.values()))[:prompts]
+    ex = next((e for e in base.build(c) if e.name == "eden"), None)
+    if ex is None:
+        raise ValueError("diversity: the config has no 'eden' in exploration.methods")
+    out = {"standard": [], "null": [], "perturbed": []}
+    with Verifier(c.reward.workers, c.reward.timeout) as verifier:
+        ctx = base.StepContext(params, cfg, tok, c, 0, train_set, verifier)
+        bank = ex.init(ctx)
+        key = jax.random.key(c.seed)
+        for start in range(0, len(problems), 8):
+            chunk = problems[start : start + 8]
+            key, k_side, k_null, k_anchor, k_noise = jax.random.split(key, 5)
+            b = len(chunk) * samples
+            anchor = jax.random.randint(k_anchor, (len(chunk),), 0, bank["ids"].shape[0])
+            a = jnp.repeat(bank["vectors"][anchor], samples, axis=0)
+            slot = a + eden.noise(k_noise, a, ex.config.rho)
+            iv = Interventions(extra_embeds=slot[:, None], extra_mask=jnp.ones((b, 1), bool))
+            sides = (("standard", None, k_side), ("null", None, k_null), ("perturbed", iv, k_side))
+            for side, interventions, k in sides:
+                tau = jnp.ones((b, c.rollout.max_new_tokens))
+                ro = rollout_lib.generate(
+                    params,
+                    cfg,
+                    tok,
+                    base.RolloutPlan(tau, interventions, problems=chunk),
+                    k,
+                    config_lib.sampling_config(c, tok.stop_ids),
+                    verifier,
+                    c.task.instruction,
+                    c.rollout.max_prompt_len,
+                    config_lib.extractors(c),
+                    0.0,
+                )
+                out[side] += _responses(ro, samples)
+    return summarise(out["standard"], out["null"], out["perturbed"])
+
+
+def _responses(ro, samples: int) -> list[tuple[list, list]]:
+    """Per prompt: (all responses, correct ones) as token-id lists."""
+    tokens, mask = np.asarray(ro.out.tokens), np.asarray(ro.out.mask)
+    rows = [t[m].tolist() for t, m in zip(tokens, mask)]
+    correct = ro.correct.reshape(-1)
+    return [
+        (rows[i : i + samples], [r for r, ok in zip(rows[i : i + samples], correct[i:]) if ok])
+        for i in range(0, len(rows), samples)
+    ]
+
+
+def summarise(standard: list, null: list, perturbed: list) -> dict:
+    """[(all, correct) per prompt] for each side -> the numbers of the module docstring."""
+    result = compare([s[1] for s in standard], [p[1] for p in perturbed])
+    result.update(
+        {f"null/{k}": v for k, v in compare([s[1] for s in standard], [n[1] for n in null]).items()}
+    )
+    for side, groups in (("standard", standard), ("null", null), ("perturbed", perturbed)):
+        result[f"{side}/accuracy"] = float(
+            np.mean([len(g[1]) / len(g[0]) for g in groups]) if groups else float("nan")
+        )
+        result[f"{side}/distinct4_all"] = distinct_n([r for g in groups for r in g[0]])
+        result[f"{side}/distinct4_correct"] = distinct_n([r for g in groups for r in g[1]])
+    return result
+
+
+def main(argv):
+    del argv
+    result = analyse(_CONFIG.value, _PROMPTS.value, _SAMPLES.value)
+    print(json.dumps(result, indent=2))
+    if _OUT.value:
+        with open(_OUT.value, "w") as f:
+            json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":  # flags only here: importing the functions defines none
+    _CONFIG = config_flags.DEFINE_config_file("config", None, "An EDEN config.")
+    _PROMPTS = flags.DEFINE_integer("prompts", 32, "Held-out questions analysed.")
+    _SAMPLES = flags.DEFINE_integer("samples", 16, "Rollouts per question and side.")
+    _OUT = flags.DEFINE_string("out", "", "Write the numbers as JSON here too.")
+    app.run(main)

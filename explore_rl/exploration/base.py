@@ -1,0 +1,204 @@
+"""How exploration methods plug into the trainer: the Explorer protocol and its registry.
+
+An explorer acts at two points of a step (DESIGN.md, "Contracts"):
+
+- `plan`: before sampling, it edits the `RolloutPlan` of the generation batch: the
+  per-row, per-position temperature table (a product of factors: the config's base
+  temperature x each explorer's), the `Interventions` (appended embeddings, steering), the
+  problems themselves (replacement prompts with their own reference answers), and `info`,
+  its own per-row [B] or per-group [Q] arrays that it reads back in `shape`.
+- `shape`: after rewards and the base advantages, it returns new advantages, per-row loss
+  weights (0 drops a row from the update), its new state and metrics.
+
+Explorers run in the order of `config.exploration.methods`, each seeing the plan and the
+advantages the previous one left. Two that would both set the same `Interventions` field,
+or both replace prompts, are a config error. Explorer state (e.g. EDEN's anchor bank) is a
+pytree of arrays, checkpointed and resumed with the train state.
+
+A new method is one module that subclasses `Explorer` and decorates it with
+`@register("name")`; `get("name")` imports `explore_rl.exploration.<name>` on first use, so
+nothing else changes. Its config section `config.exploration.<name>` defaults to the
+module's `Explorer.defaults()`.
+
+Dimension letters: Q problems, G rollouts per problem, B = Q x G rows, T response tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from jaxtyping import Array, Float
+from ml_collections import ConfigDict
+
+from explore_rl.models.transformer import Interventions
+
+REGISTRY: dict[str, type[Explorer]] = {}
+
+
+@struct.dataclass
+class RolloutPlan:
+    """How one generation batch is drawn; rows grouped by problem (row b: problem b // G)."""
+
+    temperature: Float[Array, "B T"]
+    interventions: Interventions | None = None
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)  # {explorer: arrays}
+    problems: list | None = struct.field(pytree_node=False, default=None)  # replacements
+
+    @property
+    def is_clean(self) -> bool:
+        """Whether rows are drawn from the plain policy at temperature 1 (then, with no
+        truncation, the sampler's mu is pi_old)."""
+        return self.interventions is None and bool(jnp.all(self.temperature == 1.0))
+
+    def rows(self, group: int, group_size: int) -> RolloutPlan:
+        """The plan of one group: per-row leaves sliced to its G rows, per-group to one."""
+        q = self.temperature.shape[0] // group_size
+
+        def take(x):
+            if np.ndim(x) and x.shape[0] == q * group_size:
+                return x[group * group_size : (group + 1) * group_size]
+            if np.ndim(x) and x.shape[0] == q:
+                return x[group : group + 1]
+            raise ValueError(f"plan arrays are per row [B, ...] or per group [Q, ...]: {x.shape}")
+
+        return jax.tree.map(take, self.replace(problems=None))
+
+
+@dataclasses.dataclass
+class StepContext:
+    """What an explorer may read at a step: the policy that samples (pi_old), its config
+    and tokenizer, the run's config, the global step; for building state (EDEN's screen),
+    the training problems, the verifier and the run directory."""
+
+    params: Any
+    cfg: Any  # ModelConfig
+    tok: Any  # Tokenizer
+    config: ConfigDict
+    step: int
+    train_set: list = dataclasses.field(default_factory=list)
+    verifier: Any = None  # rewards.math.Verifier
+    workdir: str | None = None
+
+
+@dataclasses.dataclass
+class Shaped:
+    advantages: np.ndarray  # [B]
+    weights: np.ndarray  # [B] loss weights; 0 drops the row
+    state: Any
+    metrics: dict[str, float]
+
+
+class Explorer:
+    """Base class: every hook defaults to "change nothing"."""
+
+    name = ""
+    intervenes: tuple[str, ...] = ()  # Interventions fields this method sets
+    replaces_prompts = False
+
+    def __init__(self, config: ConfigDict, run_config: ConfigDict):
+        self.config = config
+        self.run_config = run_config
+
+    @staticmethod
+    def defaults() -> ConfigDict:
+        """The method's config section, every field commented."""
+        return ConfigDict()
+
+    def check(self) -> None:
+        """Raise ValueError("config: ...") on values this method cannot run with."""
+
+    def init(self, ctx: StepContext) -> Any:
+        """State before the first step (a pytree of arrays)."""
+        return {}
+
+    def template(self, ctx: StepContext) -> Any:
+        """A state of the right structure and shapes to restore a checkpoint into; cheap
+        (a resume must not rebuild what the checkpoint holds)."""
+        return self.init(ctx)
+
+    def plan(self, state, plan: RolloutPlan, ctx: StepContext, rng: jax.Array) -> RolloutPlan:
+        return plan
+
+    def eval_plan(self, state, plan: RolloutPlan, ctx: StepContext) -> RolloutPlan:
+        """The plan at evaluation time (default: evaluate the plain policy)."""
+        return plan
+
+    def shape(self, state, rollouts, advantages, weights, ctx: StepContext) -> Shaped:
+        return Shaped(advantages, weights, state, {})
+
+
+def register(name: str):
+    def wrap(cls):
+        if name in REGISTRY and REGISTRY[name] is not cls:
+            raise ValueError(f"explorer {name!r} is registered twice")
+        cls.name = name
+        REGISTRY[name] = cls
+        return cls
+
+    return wrap
+
+
+def get(name: str) -> type[Explorer]:
+    if name not in REGISTRY:
+        try:
+            importlib.import_module(f"explore_rl.exploration.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"explore_rl.exploration.{name}":
+                raise
+    if name not in REGISTRY:
+        raise ValueError(f"config: exploration.methods has {name!r}: known {sorted(REGISTRY)}")
+    return REGISTRY[name]
+
+
+def build(c: ConfigDict) -> list[Explorer]:
+    """The run's explorers, in order, each checked, with no two in conflict."""
+    out, owners = [], {}
+    for name in c.exploration.methods:
+        cls = get(name)
+        section = cls.defaults()
+        if name in c.exploration:
+            section.update(c.exploration[name])
+        ex = cls(section, c)
+        ex.check()
+        claims = [*ex.intervenes, *(["prompts"] if ex.replaces_prompts else [])]
+        for claim in claims:
+            if claim in owners:
+                raise ValueError(
+                    f"config: exploration.methods {owners[claim]!r} and {name!r} both set "
+                    f"{claim}: use one of them"
+                )
+            owners[claim] = name
+        out.append(ex)
+    return out
+
+
+def base_plan(rows: int, length: int, temperature: float, problems: list) -> RolloutPlan:
+    return RolloutPlan(jnp.full((rows, length), temperature, jnp.float32), problems=problems)
+
+
+def plan(explorers, states: dict, p: RolloutPlan, ctx: StepContext, rng) -> RolloutPlan:
+    for i, ex in enumerate(explorers):
+        p = ex.plan(states[ex.name], p, ctx, jax.random.fold_in(rng, i))
+    return p
+
+
+def eval_plan(explorers, states: dict, p: RolloutPlan, ctx: StepContext) -> RolloutPlan:
+    for ex in explorers:
+        p = ex.eval_plan(states[ex.name], p, ctx)
+    return p
+
+
+def shape(explorers, states: dict, rollouts, advantages, weights, ctx: StepContext):
+    """(advantages, weights, new states, metrics) after every explorer in turn."""
+    states, metrics = dict(states), {}
+    for ex in explorers:
+        s = ex.shape(states[ex.name], rollouts, advantages, weights, ctx)
+        advantages, weights, states[ex.name] = s.advantages, s.weights, s.state
+        metrics.update({f"{ex.name}/{k}": v for k, v in s.metrics.items()})
+    return advantages, weights, states, metrics

@@ -1,0 +1,85 @@
+"""EAD: exploratory annealed decoding (seed 003).
+
+Each response is sampled hot at first and cooler later: token t of a rollout at global
+step s is drawn at temperature
+
+    tau_t = 1                                        for t < c
+    tau_t = max(1 + tau_max - exp(t / (k d_s)), tau_min)   otherwise,  d_s = min(d0 + 5 s, 40000)
+
+(the paper's Eq. for the annealed temperature with its global-step-aware decay rate;
+`sampling.schedules.ead`). The paper has k = 1; the authors' public code has k = 20, which
+cools 20x more slowly: `convention` names both, `k` overrides. The table multiplies the
+plan's temperature (the config's base, 1.0 in the paper), so EAD composes with other
+explorers' per-row factors (EDEN's warm-up).
+
+The sampler records mu, the log-prob of each sampled token under the annealed (and top-p /
+top-k truncated) distribution it really drew from; pi_old is the clean policy at
+temperature 1, so the trainer recomputes it, and the update weighs each token by the
+truncated importance weight w = min(c_IS, pi_old / mu), c_IS = 2 (`rl.tis_cap`, set by
+configs/ead.py). With `at_eval` the same schedule is used when evaluating (the paper's
+test-time Maj@N); leave `eval.temperature` at 1.0 for the paper's setting, since the table
+multiplies it.
+
+    python -m explore_rl.main --config configs/ead.py:demo --workdir runs/ead
+"""
+
+from __future__ import annotations
+
+import logging
+
+import jax.numpy as jnp
+from ml_collections import ConfigDict
+
+from explore_rl.exploration.base import Explorer, RolloutPlan, StepContext, register
+from explore_rl.sampling import schedules
+
+K_CONVENTIONS = {"paper": 1.0, "code": 20.0}
+
+
+@register("ead")
+class EAD(Explorer):
+    @staticmethod
+    def defaults() -> ConfigDict:
+        c = ConfigDict()
+        c.tau_max = 1.2  # temperature at t = 0 of the annealed part (1 + tau_max - e^0)
+        c.tau_min = 0.1  # floor: 0.1 for 1B/1.5B models, 0.8 for 7B (seed 003)
+        c.d0 = 25.0  # initial decay scale d_0; d_s = min(d0 + 5 s, 40000)
+        c.c = 10  # the first c response tokens are drawn at temperature 1
+        c.convention = "paper"  # paper: k = 1 | code: k = 20 (the authors' public code)
+        c.k = 0.0  # explicit k; 0 = from `convention`
+        c.at_eval = False  # also anneal when evaluating (test-time EAD, Maj@N)
+        return c
+
+    @property
+    def k(self) -> float:
+        return self.config.k or K_CONVENTIONS[self.config.convention]
+
+    def check(self) -> None:
+        e = self.config
+        if e.convention not in K_CONVENTIONS:
+            raise ValueError(
+                f"config: exploration.ead.convention={e.convention!r}: allowed "
+                f"{sorted(K_CONVENTIONS)}"
+            )
+        if not 0 < e.tau_min <= e.tau_max:
+            raise ValueError(
+                f"config: exploration.ead.tau_min={e.tau_min} must be in (0, tau_max={e.tau_max}]"
+            )
+        if e.d0 <= 0 or e.k < 0 or e.c < 0:
+            raise ValueError("config: exploration.ead needs d0 > 0, k >= 0 and c >= 0")
+        if not self.run_config.rl.tis_cap:
+            logging.warning("EAD without TIS (rl.tis_cap=0): the paper uses c_IS = 2")
+
+    def table(self, length: int, step: int):
+        e = self.config
+        return schedules.ead(length, step, e.tau_max, e.tau_min, e.d0, self.k, e.c)
+
+    def _anneal(self, plan: RolloutPlan, step: int) -> RolloutPlan:
+        tau = plan.temperature * self.table(plan.temperature.shape[1], step)[None, :]
+        return plan.replace(temperature=tau.astype(jnp.float32))
+
+    def plan(self, state, plan, ctx: StepContext, rng):
+        return self._anneal(plan, ctx.step)
+
+    def eval_plan(self, state, plan, ctx: StepContext):
+        return self._anneal(plan, ctx.step) if self.config.at_eval else plan

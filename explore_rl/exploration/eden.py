@@ -1,0 +1,304 @@
+"""EDEN: an appended noisy anchor embedding for a few rollouts of each group (seed 000).
+
+Per step, each prompt draws one anchor a from a bank of K token embeddings. `noisy` of its
+G rollouts (the last ones of the group; 4 of 16 in the paper) are sampled from the prompt
+plus one appended input position with embedding a + eps, eps ~ N(0, I) rescaled so that
+||eps|| = rho ||a||, independently per row; the others are sampled clean (their slot is
+masked, which gives exactly the clean result). Noisy rows' temperature is multiplied by a
+cosine warm-up from 0.2 to 1.0 over `warmup` steps. Decoding stays discrete.
+
+After rewards, GRPO advantages are computed over the whole group. Across the batch, the
+noisy rows whose |A| is in the top `keep` fraction of all noisy |A| are kept (the first
+ceil(keep x n) after a stable sort by |A| descending, then row index: ties go to the
+earlier row) and their advantages scaled by `gamma`; the other noisy rows get loss weight 0.
+The update scores every row under the clean prompt (the update batch has no appended
+slot). TIS is off, as in the paper (`rl.tis_cap` turns it on).
+
+The bank (our viability screen; the paper says only "screened for viability"):
+  1. lexical: vocabulary tokens whose raw piece is a word-initial marker ("Ġ" byte-level
+     BPE, "▁" sentencepiece) followed by 3+ ASCII letters: no special, whitespace, digit,
+     punctuation or sub-word pieces;
+  2. `candidates` of those, drawn with `bank_seed`;
+  3. probe: on the first `probe_prompts` training problems, `probe_samples` rollouts per
+     candidate with the noise-free anchor appended, at temperature 1; a candidate is viable
+     when its accuracy is at least the clean accuracy on the same problems minus
+     `tolerance`; the bank is the first K viable candidates in the drawn order (topped up
+     with the most accurate others, with a warning, if fewer are viable).
+`bank_tokens` skips the screen with the user's own comma-separated words. The bank (ids
+and embedding vectors, taken once from the initial policy) is part of the checkpointed
+state, and written to `eden_bank.json` in the run directory with the screen's numbers.
+
+Ablations (`anchor`): "bank" (EDEN), "none" (noise alone, norm-matched: ||eps|| = ||a||
+for the prompt's drawn anchor), "per_rollout" (each noisy rollout its own token from the
+lexical pool, fresh every step), "fixed_random" (one token from the lexical pool for the
+whole run); rho = 0 is "no noise", keep = 1 "no filter", bank_size K in {1, 4, 8} and
+`noisy` the fraction. The readings of "none", "per_rollout" and "fixed_random" are ours.
+
+    python -m explore_rl.main --config configs/eden.py:demo --workdir runs/eden
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from ml_collections import ConfigDict
+
+from explore_rl import config as config_lib
+from explore_rl.exploration.base import Explorer, RolloutPlan, Shaped, StepContext, register
+from explore_rl.models.transformer import Interventions
+from explore_rl.rl import rollout as rollout_lib
+from explore_rl.sampling import schedules
+
+ANCHORS = ("bank", "none", "per_rollout", "fixed_random")
+WORD_MARKERS = ("Ġ", "▁")
+
+
+@register("eden")
+class EDEN(Explorer):
+    intervenes = ("extra_embeds",)
+    _pool = None  # the lexical pool, for anchor="per_rollout"
+
+    @staticmethod
+    def defaults() -> ConfigDict:
+        c = ConfigDict()
+        c.noisy = 4  # noisy rollouts per group (4 of 16 in the paper)
+        c.rho = 0.18  # ||noise|| / ||anchor||: 0.12 for Qwen2.5-0.5B, 0.18 for math models
+        c.warmup = 200  # steps of the noisy rows' cosine temperature warm-up (250/200/400)
+        c.tau_start = 0.2  # the warm-up's first temperature factor (-> 1.0)
+        c.keep = 0.5  # p: fraction of noisy rows kept, by |advantage|, across the batch
+        c.gamma = 0.5  # scale of kept noisy rows' advantages
+        c.anchor = "bank"  # bank | none | per_rollout | fixed_random (ablations)
+        c.bank_size = 8  # K
+        c.bank_seed = 0  # draws the screen's candidates
+        c.bank_tokens = ""  # comma-separated words for the bank; "" = screen the vocabulary
+        c.candidates = 32  # tokens probed by the screen
+        c.probe_prompts = 8  # training problems in the screen's probe set
+        c.probe_samples = 4  # rollouts per candidate and problem
+        c.tolerance = 0.1  # viable: accuracy >= clean accuracy - tolerance
+        return c
+
+    def check(self) -> None:
+        e, g = self.config, self.run_config.rollout.group_size
+        _require(e.anchor in ANCHORS, f"anchor={e.anchor!r}: allowed {ANCHORS}")
+        _require(0 <= e.noisy < g, f"noisy={e.noisy}: must be in [0, group_size={g})")
+        _require(e.rho >= 0, f"rho={e.rho}: must be >= 0")
+        _require(0 < e.keep <= 1, f"keep={e.keep}: must be in (0, 1]")
+        _require(e.gamma >= 0, f"gamma={e.gamma}: must be >= 0")
+        _require(e.bank_size >= 1, f"bank_size={e.bank_size}: need at least 1")
+        words = [w for w in e.bank_tokens.split(",") if w.strip()]
+        _require(
+            not words or len(words) == e.bank_size,
+            f"bank_tokens has {len(words)} words, bank_size={e.bank_size}",
+        )
+        _require(
+            words or e.candidates >= e.bank_size,
+            f"candidates={e.candidates} < bank_size={e.bank_size}",
+        )
+
+    @property
+    def slots(self) -> int:
+        return 1 if self.config.anchor == "fixed_random" else self.config.bank_size
+
+    # ------------------------------------------------------------------ state: the bank
+
+    def template(self, ctx: StepContext):
+        return {
+            "ids": jnp.zeros((self.slots,), jnp.int32),
+            "vectors": jnp.zeros((self.slots, ctx.cfg.d_model), jnp.float32),
+        }
+
+    def init(self, ctx: StepContext):
+        e, pool = self.config, word_pool(ctx.tok)
+        rng = np.random.default_rng(e.bank_seed)
+        if e.anchor == "fixed_random":
+            ids, report = [int(rng.choice(pool))], {"fixed_random": True}
+        elif e.bank_tokens:
+            ids, report = _user_tokens(ctx.tok, e.bank_tokens), {"user_tokens": True}
+        else:
+            drawn = rng.choice(pool, size=min(e.candidates, len(pool)), replace=False)
+            ids, report = screen(ctx, [int(i) for i in drawn], self.config)
+        state = {
+            "ids": jnp.asarray(ids, jnp.int32),
+            "vectors": jnp.asarray(ctx.params["embed"][jnp.asarray(ids)], jnp.float32),
+        }
+        if ctx.workdir:
+            report["bank"] = [{"id": i, "token": ctx.tok.decode([i])} for i in ids]
+            with open(os.path.join(ctx.workdir, "eden_bank.json"), "w") as f:
+                json.dump(report, f, indent=2)
+        return state
+
+    # ------------------------------------------------------------------ plan
+
+    def plan(self, state, plan: RolloutPlan, ctx: StepContext, rng) -> RolloutPlan:
+        e = self.config
+        b = plan.temperature.shape[0]
+        g = ctx.config.rollout.group_size
+        noisy = jnp.arange(b) % g >= g - e.noisy
+        k_anchor, k_row, k_noise = jax.random.split(rng, 3)
+        anchor = jax.random.randint(k_anchor, (b // g,), 0, state["ids"].shape[0])
+        a = self.anchor_vectors(state, ctx, anchor, g, k_row)
+        slot = noise(k_noise, a, 1.0) if e.anchor == "none" else a + noise(k_noise, a, e.rho)
+        warm = schedules.cosine_warmup(ctx.step, e.warmup, e.tau_start, 1.0)
+        tau = plan.temperature * schedules.per_row(noisy, warm, 1.0)[:, None]
+        iv = Interventions(extra_embeds=slot[:, None, :], extra_mask=noisy[:, None])
+        if plan.interventions is not None:
+            iv = plan.interventions.replace(extra_embeds=iv.extra_embeds, extra_mask=iv.extra_mask)
+        info = {**plan.info, self.name: {"noisy": noisy, "anchor": anchor}}
+        return plan.replace(temperature=tau, interventions=iv, info=info)
+
+    # ------------------------------------------------------------------ shape
+
+    def shape(self, state, rollouts, advantages, weights, ctx: StepContext) -> Shaped:
+        e = self.config
+        info = rollouts.plan.info[self.name]
+        noisy = np.asarray(info["noisy"])
+        kept = keep_top(np.abs(advantages), noisy, e.keep)
+        advantages = np.where(kept, e.gamma * advantages, advantages)
+        weights = np.where(noisy & ~kept, 0.0, weights).astype(np.float32)
+        metrics = shape_metrics(rollouts, noisy, kept, e.noisy)
+        if e.anchor != "per_rollout":
+            anchors = np.asarray(info["anchor"])
+            metrics.update(
+                {f"anchor_use/{k}": float(np.mean(anchors == k)) for k in range(self.slots)}
+            )
+        return Shaped(advantages, weights, state, metrics)
+
+    def anchor_vectors(self, state, ctx: StepContext, anchor, g: int, rng):
+        """[B, D]: each row's anchor (per prompt from the bank, or per row from the pool)."""
+        if self.config.anchor != "per_rollout":
+            return jnp.repeat(state["vectors"][anchor], g, axis=0)
+        if self._pool is None:
+            self._pool = jnp.asarray(word_pool(ctx.tok))
+        ids = self._pool[jax.random.randint(rng, (anchor.shape[0] * g,), 0, len(self._pool))]
+        return ctx.params["embed"][ids].astype(jnp.float32)
+
+
+def _require(ok: bool, message: str):
+    if not ok:
+        raise ValueError(f"config: exploration.eden.{message}")
+
+
+def word_pool(tok) -> np.ndarray:
+    """Ids of whole-word tokens: a word-initial marker then 3+ ASCII letters."""
+    backend = tok.backend
+    ids = []
+    for i in range(backend.get_vocab_size()):
+        piece = backend.id_to_token(i) or ""
+        word = piece[1:]
+        if piece[:1] in WORD_MARKERS and len(word) >= 3 and word.isascii() and word.isalpha():
+            ids.append(i)
+    if not ids:
+        raise ValueError("EDEN: the tokenizer has no whole-word tokens to build a bank from")
+    return np.asarray(ids)
+
+
+def _user_tokens(tok, words: str) -> list[int]:
+    ids = []
+    for w in (w.strip() for w in words.split(",") if w.strip()):
+        enc = tok.encode(" " + w)
+        if len(enc) != 1:
+            raise ValueError(f"config: exploration.eden.bank_tokens: {w!r} is {len(enc)} tokens")
+        ids.append(enc[0])
+    return ids
+
+
+def screen(ctx: StepContext, candidates: list[int], e: ConfigDict) -> tuple[list[int], dict]:
+    """The viable candidates (module docstring); the bank ids and the screen's numbers."""
+    problems = ctx.train_set[: e.probe_prompts]
+    n = e.probe_samples
+    routes = [None, *candidates]  # None: the clean route
+    acc = []
+    per_call = max(1, 256 // (len(problems) * n))  # routes per sampler call: <= 256 rows
+    for start in range(0, len(routes), per_call):
+        chunk = routes[start : start + per_call]
+        acc += _probe(ctx, problems, chunk, n, jax.random.key(e.bank_seed + start))
+    clean, scores = acc[0], dict(zip(candidates, acc[1:]))
+    viable = [i for i in candidates if scores[i] >= clean - e.tolerance]
+    ids = viable[: e.bank_size]
+    if len(ids) < e.bank_size:
+        logging.warning(
+            "EDEN: %d of %d candidates viable; the bank takes the most accurate others",
+            len(viable),
+            len(candidates),
+        )
+        rest = sorted((i for i in candidates if i not in ids), key=lambda i: -scores[i])
+        ids += rest[: e.bank_size - len(ids)]
+    report = {
+        "clean_accuracy": clean,
+        "tolerance": e.tolerance,
+        "candidates": [
+            {"id": i, "token": ctx.tok.decode([i]), "accuracy": scores[i]} for i in candidates
+        ],
+    }
+    return ids, report
+
+
+def _probe(ctx: StepContext, problems, routes, n: int, rng) -> list[float]:
+    """Accuracy of each route (None = clean, else a token id appended without noise)."""
+    c = ctx.config
+    g = len(routes) * n
+    b = len(problems) * g
+    route_of_row = np.arange(b) % g // n
+    ids = np.asarray([0 if r is None else r for r in routes])[route_of_row]
+    appended = np.asarray([r is not None for r in routes])[route_of_row]
+    iv = Interventions(
+        extra_embeds=ctx.params["embed"][jnp.asarray(ids)][:, None, :],
+        extra_mask=jnp.asarray(appended)[:, None],
+    )
+    plan = RolloutPlan(jnp.ones((b, c.rollout.max_new_tokens), jnp.float32), iv, problems=problems)
+    ro = rollout_lib.generate(
+        ctx.params,
+        ctx.cfg,
+        ctx.tok,
+        plan,
+        rng,
+        config_lib.sampling_config(c, ctx.tok.stop_ids),
+        ctx.verifier,
+        c.task.instruction,
+        c.rollout.max_prompt_len,
+        config_lib.extractors(c),
+        0.0,
+    )
+    correct = ro.correct.reshape(len(problems), len(routes), n)
+    return [float(x) for x in correct.mean(axis=(0, 2))]
+
+
+def noise(rng, anchors, rho: float):
+    """eps ~ N(0, I) per row, rescaled to ||eps|| = rho ||anchor|| (seed 000)."""
+    eps = jax.random.normal(rng, anchors.shape, jnp.float32)
+    scale = rho * jnp.linalg.norm(anchors, axis=-1, keepdims=True)
+    return eps / jnp.linalg.norm(eps, axis=-1, keepdims=True) * scale
+
+
+def keep_top(abs_adv: np.ndarray, noisy: np.ndarray, keep: float) -> np.ndarray:
+    """The noisy rows whose |A| is in the top `keep` fraction across the batch: the first
+    ceil(keep n) by |A| descending, ties to the lower row index (deterministic)."""
+    rows = np.flatnonzero(noisy)
+    k = math.ceil(keep * len(rows) - 1e-9)  # 0.3 x 10 is 3.0000000000000004 in floats
+    order = rows[np.lexsort((rows, -abs_adv[rows]))]
+    kept = np.zeros(noisy.shape, bool)
+    kept[order[:k]] = True
+    return kept
+
+
+def shape_metrics(rollouts, noisy, kept, n_noisy: int) -> dict[str, float]:
+    q, g = rollouts.rewards.shape
+    rewards = rollouts.rewards.reshape(-1)
+    clean = rewards.reshape(q, g)[:, : g - n_noisy]
+    out = {
+        "reward_noisy": float(rewards[noisy].mean()) if noisy.any() else float("nan"),
+        "reward_clean": float(rewards[~noisy].mean()),
+        "kept_frac": float(kept.sum() / max(noisy.sum(), 1)),
+        # groups the clean rows alone would leave without signal
+        "clean_zero_adv_frac": float(np.mean(np.all(clean == clean[:, :1], axis=1))),
+    }
+    per_prompt = kept.reshape(q, g).sum(axis=1)
+    for k in range(n_noisy + 1):
+        out[f"kept_per_prompt/{k}"] = float(np.mean(per_prompt == k))
+    return out

@@ -1,0 +1,145 @@
+"""EAD: the temperature table, the behaviour log-prob mu it produces, TIS, the CLI."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import run_main
+from test_sampler import G, Q, reference_truncated_logprob, response_logits, tiny  # noqa: F401
+
+from configs import ead as ead_config
+from explore_rl.exploration import base
+from explore_rl.logs import read_metrics
+from explore_rl.rl import losses
+from explore_rl.rl.train_step import score
+from explore_rl.sampling.sampler import SamplingConfig, sample
+
+
+def _explorer(**overrides):
+    c = ead_config.get_config("smoke")
+    c.exploration.ead.update(overrides)
+    (ex,) = base.build(c)
+    return ex, c
+
+
+def _plan(ex, c, rows, length, step, tau=1.0):
+    ctx = base.StepContext(None, None, None, c, step)
+    return ex.plan({}, base.base_plan(rows, length, tau, []), ctx, None)
+
+
+@pytest.mark.parametrize(
+    "convention,step,t,expected",
+    [
+        ("paper", 0, 9, 1.0),  # t < c = 10: temperature 1
+        ("paper", 0, 10, 2.2 - math.exp(10 / 25)),  # 0.70818
+        ("paper", 0, 18, 2.2 - math.exp(18 / 25)),  # 0.14557, the last above tau_min
+        ("paper", 0, 19, 0.1),  # exp(19 / 25) = 2.138 > 2.1: tau_min
+        ("paper", 3, 19, 2.2 - math.exp(19 / 40)),  # d_3 = 25 + 15
+        ("paper", 10**5, 500, 2.2 - math.exp(500 / 40000)),  # d_s capped at 40000
+        ("code", 0, 10, 2.2 - math.exp(10 / 500)),  # k = 20: d = 20 x 25
+        ("code", 0, 370, 2.2 - math.exp(370 / 500)),  # 0.1040
+        ("code", 0, 371, 0.1),  # 500 ln 2.1 = 370.97
+    ],
+)
+def test_table_matches_the_formula(convention, step, t, expected):
+    ex, c = _explorer(convention=convention)
+    tau = np.asarray(_plan(ex, c, 2, 600, step).temperature)
+    np.testing.assert_allclose(tau[:, t], expected, rtol=1e-5)
+
+
+def test_table_multiplies_the_base_and_k_overrides():
+    ex, c = _explorer(k=5.0, tau_min=0.8)
+    tau = np.asarray(_plan(ex, c, 2, 64, 0, tau=0.5).temperature)
+    np.testing.assert_allclose(tau[:, 10], 0.5 * (2.2 - math.exp(10 / 125)), rtol=1e-6)
+    np.testing.assert_allclose(tau[:, 63], 0.5 * 0.8, rtol=1e-6)  # 2.2 - e^(63/125) < 0.8
+
+
+def test_mu_is_the_annealed_truncated_logprob(tiny):  # noqa: F811
+    params, cfg, prompts, pmask = tiny
+    ex, c = _explorer(d0=4.0, c=2, tau_min=0.3)  # anneals within the 8 tokens
+    t = 8
+    plan = _plan(ex, c, Q * G, t, step=1)
+    tau = np.asarray(plan.temperature)
+    assert tau[0, 0] == 1.0 and tau[0, -1] == pytest.approx(0.3) and tau[0, 3] < 1.0
+    r = sample(
+        params, cfg, prompts, pmask, jax.random.key(7), plan.temperature, SamplingConfig(t, 0.9)
+    )
+    src = np.repeat(np.arange(Q), G)
+    logits = response_logits(params, cfg, prompts[src], pmask[src], r.tokens, r.mask)
+    toks, mu = np.asarray(r.tokens), np.asarray(r.logprobs)
+    ref = np.array(
+        [
+            [
+                reference_truncated_logprob(logits[b, i], tau[b, i], 0.9, 0)[toks[b, i]]
+                for i in range(t)
+            ]
+            for b in range(Q * G)
+        ]
+    )
+    assert np.abs(ref - mu).max() < 1e-4
+
+    # pi_old: the clean policy at temperature 1 on the same tokens; TIS against it
+    old, _ = score(params, cfg, prompts, pmask, r.tokens, r.mask)
+    clean = np.take_along_axis(
+        logits - np.log(np.exp(logits).sum(-1, keepdims=True)), toks[..., None], -1
+    )[..., 0]
+    np.testing.assert_allclose(np.asarray(old), clean, atol=1e-4)
+    cap = 1.5  # low enough that this tiny model's tokens fall on both sides of it
+    w = np.minimum(cap, np.exp(np.asarray(old) - mu))
+    assert (w == cap).any() and (w < 1.0).any()
+
+    lc = losses.LossConfig(tis_cap=cap)
+    adv = jnp.linspace(-1.0, 1.0, Q * G)
+
+    def loss(logp, behaviour):
+        x = losses.LossInputs(logp, old, adv, r.mask, behaviour_logp=behaviour)
+        return losses.policy_loss(lc, x)
+
+    value, metrics = loss(old, r.logprobs)
+    m = np.asarray(r.mask)
+    # on-policy ratio 1: token-mean of -w A
+    expected = -(w * np.asarray(adv)[:, None])[m].sum() / m.sum()
+    np.testing.assert_allclose(float(value), expected, rtol=1e-5)
+    np.testing.assert_allclose(float(metrics["tis/mean"]), w[m].mean(), rtol=1e-5)
+    np.testing.assert_allclose(float(metrics["tis/max"]), w[m].max(), rtol=1e-6)
+    np.testing.assert_allclose(float(metrics["tis/clipped_frac"]), (w[m] >= cap).mean())
+    kl = (mu - np.asarray(old))[m].mean()  # KL(mu || pi_old), k1 on tokens drawn from mu
+    np.testing.assert_allclose(float(metrics["policy/kl_mu_old"]), kl, rtol=1e-4)
+    d_behaviour = jax.grad(lambda b: loss(old, b)[0])(r.logprobs)
+    assert not np.asarray(d_behaviour).any()  # no gradient through w
+    d_logp = np.asarray(jax.grad(lambda lp: loss(lp, r.logprobs)[0])(old))
+    np.testing.assert_allclose(d_logp[m], -(w * np.asarray(adv)[:, None])[m] / m.sum(), rtol=1e-4)
+
+
+def test_eval_plan_anneals_only_when_asked():
+    ex, c = _explorer()
+    ctx = base.StepContext(None, None, None, c, 0)
+    p = base.base_plan(2, 32, 1.0, [])
+    assert ex.eval_plan({}, p, ctx) is p
+    ex, c = _explorer(at_eval=True)
+    np.testing.assert_allclose(
+        ex.eval_plan({}, p, ctx).temperature, _plan(ex, c, 2, 32, 0).temperature
+    )
+
+
+@pytest.mark.slow
+def test_smoke_config_through_main(tmp_path):
+    out = run_main(
+        "--config=configs/ead.py:smoke",
+        f"--workdir={tmp_path}",
+        "--config.rollout.max_new_tokens=16",
+        "--config.exploration.ead.convention=code",
+        "--config.exploration.ead.at_eval=True",
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = read_metrics(str(tmp_path))
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        assert 1.0 < r["rollout/temperature"] < 1.2  # k = 20: still hot at 16 tokens
+        assert r["tis/mean"] > 0 and r["tis/max"] <= 2.0
+        assert r["policy/kl_mu_old"] != 0  # k1 on samples: can be either sign
+        assert r["time/pi_old_s"] > 0  # mu is not pi_old under EAD
+    assert "eval/arithmetic/maj@2" in rows[-1]
+    assert '"convention": "code"' in (tmp_path / "config.json").read_text()

@@ -1,0 +1,236 @@
+"""EDEN: noise norms, clean rows exactly clean, the clean-prompt update, the filter, the
+bank (screen, determinism, resume), and every ablation's smoke config end to end."""
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import run_main
+
+from configs import eden as eden_config
+from explore_rl.exploration import base, eden
+from explore_rl.logs import read_metrics
+from explore_rl.rewards.math import Verifier
+from explore_rl.rl import trainer
+from explore_rl.sampling.sampler import sample
+
+pytestmark = pytest.mark.slow  # each test builds a run (tiny model, embedded tokenizer)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A started smoke run (bank screened) and its verifier."""
+    c = eden_config.get_config("smoke")
+    c.exploration.eden.rho = 0.5  # a strong slot, so noisy rows visibly differ
+    with Verifier(1, 5.0) as verifier:
+        r, progress, ckpt = trainer.start(c, str(tmp_path_factory.mktemp("run")), verifier)
+        ckpt.close()
+        yield r, progress
+
+
+def _plan(r, progress, step=0, key=0):
+    (ex,) = r.explorers
+    c = r.config
+    q, g = c.rollout.prompts, c.rollout.group_size
+    p = base.base_plan(q * g, c.rollout.max_new_tokens, 1.0, r.train_set[:q])
+    ctx = r.context(progress.state.params, step)
+    return ex.plan(progress.explorers["eden"], p, ctx, jax.random.key(key)), ex
+
+
+def test_noise_norm_and_masked_clean_rows(run):
+    r, progress = run
+    plan, ex = _plan(r, progress)
+    g = r.config.rollout.group_size
+    noisy = np.asarray(plan.info["eden"]["noisy"])
+    np.testing.assert_array_equal(noisy, np.tile([False] * (g - 1) + [True], 2))
+    bank = np.asarray(progress.explorers["eden"]["vectors"])
+    anchors = bank[np.repeat(np.asarray(plan.info["eden"]["anchor"]), g)]
+    slot = np.asarray(plan.interventions.extra_embeds[:, 0])
+    eps = slot - anchors
+    np.testing.assert_allclose(
+        np.linalg.norm(eps, axis=1), 0.5 * np.linalg.norm(anchors, axis=1), rtol=1e-5
+    )
+    assert len({tuple(e[:4]) for e in eps}) == len(eps)  # independent per row
+    np.testing.assert_array_equal(np.asarray(plan.interventions.extra_mask[:, 0]), noisy)
+    # warm-up at step 0: noisy rows at 0.2, clean rows at 1
+    np.testing.assert_allclose(np.asarray(plan.temperature)[:, 0], np.where(noisy, 0.2, 1.0))
+
+    # clean rows sample exactly what they would with no intervention at all
+    params, cfg = progress.state.params, r.cfg
+    prompts, pmask = (jnp.asarray(x) for x in _encode(r, plan.problems))
+    sc = trainer.config_lib.sampling_config(r.config, ())
+    with_slot = sample(
+        params, cfg, prompts, pmask, jax.random.key(3), plan.temperature, sc, plan.interventions
+    )
+    without = sample(params, cfg, prompts, pmask, jax.random.key(3), plan.temperature, sc)
+    clean = ~noisy
+    for field in ("tokens", "logprobs", "entropy"):
+        np.testing.assert_array_equal(
+            np.asarray(getattr(with_slot, field))[clean], np.asarray(getattr(without, field))[clean]
+        )
+    assert not np.array_equal(
+        np.asarray(with_slot.logprobs)[noisy], np.asarray(without.logprobs)[noisy]
+    )
+
+
+def _encode(r, problems):
+    from explore_rl.rl.rollout import encode
+
+    return encode(r.tok, problems, r.config.task.instruction, r.config.rollout.max_prompt_len)
+
+
+def test_update_scores_every_row_under_the_clean_prompt(run):
+    r, progress = run
+    ro, _, _ = trainer.collect(r, progress, 0)
+    assert ro.plan.interventions.extra_embeds is not None
+    batch, _, _ = trainer.make_batch(r, progress, ro, 0)
+    assert not any("extra" in f for f in vars(batch))  # the Batch carries no slot
+    clean, _ = trainer.score_jit(
+        progress.state.params, r.cfg, batch.prompts, batch.prompt_mask, batch.tokens, batch.mask
+    )
+    np.testing.assert_array_equal(np.asarray(batch.old_logp), np.asarray(clean))
+    m, noisy = np.asarray(batch.mask), np.asarray(ro.plan.info["eden"]["noisy"])
+    gap = np.abs(np.asarray(batch.old_logp) - np.asarray(batch.behaviour_logp))
+    assert gap[~noisy][m[~noisy]].max() < 1e-4  # clean rows: mu is pi_old
+    assert gap[noisy][m[noisy]].max() > 1e-2  # noisy rows: mu saw the slot (and tau 0.2)
+
+
+def _rollouts(rewards, noisy):
+    from types import SimpleNamespace
+
+    rewards = np.asarray(rewards, np.float32)
+    q, g = rewards.shape
+    plan = SimpleNamespace(info={"eden": {"noisy": np.asarray(noisy), "anchor": np.zeros(q, int)}})
+    return SimpleNamespace(rewards=rewards, plan=plan)
+
+
+def test_filter_keeps_the_top_fraction_and_scales_only_kept_rows():
+    abs_adv = np.array([0.1, 0.9, 0.5, 0.5, 0.7, 0.2, 0.5, 0.0])
+    noisy = np.array([0, 1, 1, 1, 0, 1, 1, 1], bool)  # noisy |A|: .9 .5 .5 .2 .5 0
+    kept = eden.keep_top(abs_adv, noisy, 0.5)  # 3 of 6: .9 then the first two .5 ties
+    np.testing.assert_array_equal(np.flatnonzero(kept), [1, 2, 3])
+    np.testing.assert_array_equal(np.flatnonzero(eden.keep_top(abs_adv, noisy, 0.34)), [1, 2, 3])
+    assert eden.keep_top(abs_adv, noisy, 1.0).sum() == 6
+    assert eden.keep_top(abs_adv, np.zeros(8, bool), 0.5).sum() == 0
+
+    c = eden_config.get_config("smoke")  # G = 4, 1 noisy per group
+    ex = eden.EDEN(c.exploration.eden, c)
+    rewards = [[1, 0, 0, 1], [0, 0, 0, 0], [1, 1, 1, 0], [0, 1, 0, 1]]
+    noisy = np.tile([False, False, False, True], 4)
+    adv = np.array([0.8, -0.8, -0.8, 0.8, 0, 0, 0, 0, 0.5, 0.5, 0.5, -1.5, -0.6, 0.6, -0.6, 0.6])
+    s = ex.shape(None, _rollouts(rewards, noisy), adv, np.ones(16, np.float32), None)
+    # noisy |A|: .8, 0, 1.5, .6 -> keep 2: rows 11 and 3
+    np.testing.assert_array_equal(np.flatnonzero(noisy & (s.weights > 0)), [3, 11])
+    np.testing.assert_allclose(s.advantages[[3, 11]], [0.4, -0.75])
+    np.testing.assert_array_equal(s.weights[[7, 15]], 0.0)
+    np.testing.assert_array_equal(s.advantages[~noisy], adv[~noisy])  # clean untouched
+    np.testing.assert_array_equal(s.weights[~noisy], 1.0)
+    assert s.metrics["kept_frac"] == 0.5
+    assert s.metrics["kept_per_prompt/1"] == 0.5 and s.metrics["kept_per_prompt/0"] == 0.5
+    assert s.metrics["reward_noisy"] == 0.5
+    assert s.metrics["reward_clean"] == pytest.approx(5 / 12)
+    assert s.metrics["clean_zero_adv_frac"] == 0.5  # groups 1 and 2 without their noisy row
+
+
+def test_screen_keeps_viable_candidates_in_drawn_order(monkeypatch, caplog):
+    scores = {None: 0.5, 11: 0.45, 12: 0.1, 13: 0.6, 14: 0.39, 15: 0.41}
+
+    def probe(ctx, problems, routes, n, rng):
+        return [scores[r] for r in routes]
+
+    monkeypatch.setattr(eden, "_probe", probe)
+    e = eden.EDEN.defaults()
+    e.bank_size, e.tolerance = 2, 0.1
+    ctx = base.StepContext(None, None, _Tok(), None, 0, train_set=[None] * 8)
+    ids, report = eden.screen(ctx, [12, 11, 14, 13, 15], e)
+    assert ids == [11, 13] and report["clean_accuracy"] == 0.5
+    e.bank_size = 4  # only 11, 13, 15 viable: topped up with the most accurate other
+    ids, _ = eden.screen(ctx, [12, 11, 14, 13, 15], e)
+    assert ids == [11, 13, 15, 14] and "3 of 5 candidates viable" in caplog.text
+
+
+class _Tok:
+    def decode(self, ids):
+        return f"t{ids[0]}"
+
+
+def test_word_pool_and_bank_determinism(run, tmp_path):
+    r, progress = run
+    pool = eden.word_pool(r.tok)
+    words = [r.tok.decode([i]) for i in pool[:200]]
+    assert all(w.startswith(" ") and w[1:].isalpha() and len(w) >= 4 for w in words)
+    (ex,) = r.explorers
+    ctx = r.context(progress.state.params, 0)
+    again = ex.init(ctx)
+    for k in ("ids", "vectors"):
+        np.testing.assert_array_equal(
+            np.asarray(again[k]), np.asarray(progress.explorers["eden"][k])
+        )
+    other = eden.EDEN(ex.config.copy_and_resolve_references(), r.config)
+    other.config.bank_seed = 7
+    assert not np.array_equal(np.asarray(other.init(ctx)["ids"]), np.asarray(again["ids"]))
+
+
+def test_user_supplied_bank_tokens(run):
+    r, progress = run
+    e = eden.EDEN.defaults()
+    e.bank_tokens, e.bank_size, e.noisy = "apple, river", 2, 1
+    ex = eden.EDEN(e, r.config)
+    ex.check()
+    state = ex.init(r.context(progress.state.params, 0))
+    assert [r.tok.decode([i]) for i in np.asarray(state["ids"])] == [" apple", " river"]
+    np.testing.assert_array_equal(
+        np.asarray(state["vectors"][1]), np.asarray(progress.state.params["embed"][state["ids"][1]])
+    )
+    e.bank_tokens = "apple, pneumonoultramicroscopic"
+    with pytest.raises(ValueError, match="'pneumonoultramicroscopic' is"):
+        eden.EDEN(e, r.config).init(r.context(progress.state.params, 0))
+    e.bank_size = 3
+    with pytest.raises(ValueError, match="bank_tokens has 2 words, bank_size=3"):
+        eden.EDEN(e, r.config).check()
+
+
+def test_bank_survives_resume(tmp_path):
+    c = eden_config.get_config("smoke")
+    c.train.steps, c.train.eval_every = 2, 0
+    first = trainer.train(c, str(tmp_path))
+    bank_file = (tmp_path / "eden_bank.json").read_text()
+    c.train.steps = 3
+    resumed = trainer.train(c, str(tmp_path))  # restores the bank, does not screen again
+    np.testing.assert_array_equal(
+        np.asarray(first.explorers["eden"]["vectors"]),
+        np.asarray(resumed.explorers["eden"]["vectors"]),
+    )
+    assert (tmp_path / "eden_bank.json").read_text() == bank_file
+    bank = json.loads(bank_file)["bank"]
+    assert [b["id"] for b in bank] == np.asarray(first.explorers["eden"]["ids"]).tolist()
+
+
+@pytest.mark.parametrize("ablation", sorted(eden_config.ABLATIONS))
+def test_ablation_smoke_configs_train(ablation, tmp_path):
+    c = eden_config.get_config(f"{ablation},smoke")
+    c.train.steps, c.train.eval_every = 1, 0
+    c.lock()
+    trainer.train(c, str(tmp_path))
+    (row,) = read_metrics(str(tmp_path))
+    assert row["train/skipped_updates"] == 0 and "eden/kept_frac" in row
+
+
+def test_smoke_config_composed_with_ead_through_main(tmp_path):
+    out = run_main(
+        "--config=configs/eden.py:smoke",
+        f"--workdir={tmp_path}",
+        "--config.exploration.methods=('eden', 'ead')",
+        "--config.rollout.max_new_tokens=16",
+        "--config.rl.tis_cap=2.0",
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = read_metrics(str(tmp_path))
+    assert [r["step"] for r in rows] == [1, 2, 3] and "eval/arithmetic/pass@1" in rows[-1]
+    assert all("eden/kept_frac" in r and "tis/mean" in r for r in rows)
+    # EAD anneals after token 10 (to 0.1 by token 15 at step 0) on top of EDEN's warm-up
+    assert rows[0]["rollout/temperature"] < rows[1]["rollout/temperature"] < 0.95
+    assert os.path.exists(tmp_path / "eden_bank.json")

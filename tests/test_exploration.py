@@ -1,0 +1,134 @@
+"""The Explorer interface: explorers written here plug in without touching core modules,
+compose in order, keep their state through checkpoints, and conflicting ones are refused."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import grpo
+from explore_rl import config as config_lib
+from explore_rl.exploration import base
+from explore_rl.logs import read_metrics
+from explore_rl.models.transformer import Interventions
+from explore_rl.rl import trainer
+
+
+@base.register("test_noop")
+class Noop(base.Explorer):
+    """Changes nothing: a run with it must equal a run without it."""
+
+
+@base.register("test_toy")
+class Toy(base.Explorer):
+    """Cools the second half of every group to `tau`, halves those rows' loss weight,
+    and counts the steps and rows it has shaped (its checkpointed state)."""
+
+    @staticmethod
+    def defaults():
+        from ml_collections import ConfigDict
+
+        return ConfigDict({"tau": 0.5, "weight": 0.5})
+
+    def init(self, ctx):
+        return {"steps": jnp.zeros((), jnp.int32), "rows": jnp.zeros((), jnp.int32)}
+
+    def plan(self, state, plan, ctx, rng):
+        g = ctx.config.rollout.group_size
+        cool = (jnp.arange(plan.temperature.shape[0]) % g) >= g // 2
+        tau = jnp.where(cool[:, None], self.config.tau * plan.temperature, plan.temperature)
+        return plan.replace(temperature=tau, info={**plan.info, self.name: {"cool": cool}})
+
+    def shape(self, state, rollouts, advantages, weights, ctx):
+        cool = np.asarray(rollouts.plan.info[self.name]["cool"])
+        weights = np.where(cool, self.config.weight * weights, weights)
+        state = {"steps": state["steps"] + 1, "rows": state["rows"] + int(cool.sum())}
+        return base.Shaped(advantages, weights, state, {"cool_frac": float(cool.mean())})
+
+
+@base.register("test_anchor_a")
+class AnchorA(base.Explorer):
+    intervenes = ("extra_embeds",)
+
+
+@base.register("test_anchor_b")
+class AnchorB(base.Explorer):
+    intervenes = ("extra_embeds",)
+
+
+def _config(methods, steps=2):
+    c = grpo.get_config("smoke")
+    c.exploration.methods = methods
+    c.train.steps, c.train.checkpoint_every, c.train.eval_every = steps, 1, 0
+    return c
+
+
+def test_noop_explorer_changes_nothing(tmp_path):
+    plain = trainer.train(_config(()), str(tmp_path / "plain"))
+    noop = trainer.train(_config(("test_noop",)), str(tmp_path / "noop"))
+    drop = ("time/", "perf/")
+    for a, b in zip(read_metrics(str(tmp_path / "plain")), read_metrics(str(tmp_path / "noop"))):
+        assert {k: v for k, v in a.items() if not k.startswith(drop)} == {
+            k: v for k, v in b.items() if not k.startswith(drop)
+        }
+    for x, y in zip(jax.tree.leaves(plain.state), jax.tree.leaves(noop.state)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_toy_explorer_plans_shapes_and_resumes(tmp_path):
+    c = _config(("test_toy",), steps=3)
+    c.rollout.max_new_tokens = 8
+    straight = trainer.train(c, str(tmp_path / "a"))
+    assert int(straight.explorers["test_toy"]["steps"]) == 3
+    assert int(straight.explorers["test_toy"]["rows"]) == 3 * 2 * 2  # half of 2 x 4 rows
+    rows = read_metrics(str(tmp_path / "a"))
+    # half the rows at 0.5: the mean temperature over response tokens is between 0.5 and 1
+    assert all(0.5 < r["rollout/temperature"] < 1.0 for r in rows)
+    assert all(r["test_toy/cool_frac"] == 0.5 for r in rows)
+    assert all(r["time/pi_old_s"] > 0 for r in rows)  # mu is not pi_old: recomputed
+    short = _config(("test_toy",), steps=2)
+    short.rollout.max_new_tokens = 8
+    trainer.train(short, str(tmp_path / "b"))
+    resumed = trainer.train(c, str(tmp_path / "b"))
+    for x, y in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_plans_compose_in_order():
+    c = _config(("ead", "test_toy"))
+    c.rollout.temperature = 1.0
+    explorers = base.build(c)
+    ctx = base.StepContext(None, None, None, c, step=0)
+    states = {"ead": {}, "test_toy": None}
+    p = base.plan(explorers, states, base.base_plan(8, 16, 1.0, []), ctx, jax.random.key(0))
+    ead = np.asarray(explorers[0].table(16, 0))
+    tau = np.asarray(p.temperature)
+    np.testing.assert_allclose(tau[0], ead, rtol=1e-6)  # a hot row: EAD's table
+    np.testing.assert_allclose(tau[2], 0.5 * ead, rtol=1e-6)  # a cooled row: the product
+
+
+def test_config_errors_name_the_problem():
+    with pytest.raises(ValueError, match="'nope': known"):
+        config_lib.validate(_config(("nope",)))
+    with pytest.raises(ValueError, match="'test_anchor_a' and 'test_anchor_b' both set extra"):
+        config_lib.validate(_config(("test_anchor_a", "test_anchor_b")))
+    c = _config(("ead",))
+    c.exploration.ead = base.get("ead").defaults()
+    c.exploration.ead.convention = "book"
+    with pytest.raises(ValueError, match="convention='book'"):
+        config_lib.validate(c)
+
+
+def test_plan_rows_of_one_group():
+    p = base.RolloutPlan(
+        jnp.arange(12.0).reshape(6, 2),
+        Interventions(steer=jnp.arange(6.0)[:, None]),
+        {"x": {"row": np.arange(6), "group": np.arange(3) * 10}},
+    )
+    one = p.rows(1, 2)
+    np.testing.assert_array_equal(one.temperature, [[4, 5], [6, 7]])
+    np.testing.assert_array_equal(one.interventions.steer[:, 0], [2, 3])
+    np.testing.assert_array_equal(one.info["x"]["row"], [2, 3])
+    np.testing.assert_array_equal(one.info["x"]["group"], [10])
+    with pytest.raises(ValueError, match="per row"):
+        base.RolloutPlan(jnp.ones((6, 2)), info={"bad": np.ones(4)}).rows(0, 2)
