@@ -63,6 +63,7 @@ def _config(methods, steps=2):
     return c
 
 
+@pytest.mark.slow
 def test_noop_explorer_changes_nothing(tmp_path):
     plain = trainer.train(_config(()), str(tmp_path / "plain"))
     noop = trainer.train(_config(("test_noop",)), str(tmp_path / "noop"))
@@ -75,6 +76,7 @@ def test_noop_explorer_changes_nothing(tmp_path):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+@pytest.mark.slow
 def test_toy_explorer_plans_shapes_and_resumes(tmp_path):
     c = _config(("test_toy",), steps=3)
     c.rollout.max_new_tokens = 8

@@ -25,7 +25,7 @@ multiplies it.
 
 from __future__ import annotations
 
-import logging
+import warnings
 
 import jax.numpy as jnp
 from ml_collections import ConfigDict
@@ -68,7 +68,8 @@ class EAD(Explorer):
         if e.d0 <= 0 or e.k < 0 or e.c < 0:
             raise ValueError("config: exploration.ead needs d0 > 0, k >= 0 and c >= 0")
         if not self.run_config.rl.tis_cap:
-            logging.warning("EAD without TIS (rl.tis_cap=0): the paper uses c_IS = 2")
+            # a warning, not an error: EAD without TIS is one of the seed's own ablations
+            warnings.warn("EAD without TIS (rl.tis_cap=0): the paper uses c_IS = 2", stacklevel=2)
 
     def table(self, length: int, step: int):
         e = self.config
