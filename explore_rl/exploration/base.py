@@ -48,7 +48,8 @@ class RolloutPlan:
     temperature: Float[Array, "B T"]
     interventions: Interventions | None = None
     info: dict[str, Any] = dataclasses.field(default_factory=dict)  # {explorer: arrays}
-    problems: list | None = struct.field(pytree_node=False, default=None)  # replacements
+    # the batch's Q problems (an explorer may replace them); None once sampled
+    problems: list | None = struct.field(pytree_node=False, default=None)
 
     @property
     def is_clean(self) -> bool:
