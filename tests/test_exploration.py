@@ -99,7 +99,8 @@ def test_toy_explorer_plans_shapes_and_resumes(tmp_path):
 def test_plans_compose_in_order():
     c = _config(("ead", "test_toy"))
     c.rollout.temperature = 1.0
-    explorers = base.build(c)
+    with pytest.warns(UserWarning, match="EAD without TIS"):
+        explorers = base.build(c)
     ctx = base.StepContext(None, None, None, c, step=0)
     states = {"ead": {}, "test_toy": None}
     p = base.plan(explorers, states, base.base_plan(8, 16, 1.0, []), ctx, jax.random.key(0))
