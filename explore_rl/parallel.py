@@ -86,7 +86,3 @@ def shard_batch(tree, mesh: Mesh):
         return jax.device_put(x, batch_sharding(mesh, np.ndim(x)))
 
     return jax.tree.map(put, tree)
-
-
-def replicated(mesh: Mesh) -> NamedSharding:
-    return NamedSharding(mesh, PartitionSpec())

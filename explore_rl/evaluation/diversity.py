@@ -128,12 +128,8 @@ def analyse(c, prompts: int, samples: int) -> dict:
                     tok,
                     base.RolloutPlan(tau, interventions, problems=chunk),
                     k,
-                    config_lib.sampling_config(c, tok.stop_ids),
                     verifier,
-                    c.task.instruction,
-                    c.rollout.max_prompt_len,
-                    config_lib.extractors(c),
-                    0.0,
+                    c,
                 )
                 out[side] += _responses(ro, samples)
     return summarise(out["standard"], out["null"], out["perturbed"])

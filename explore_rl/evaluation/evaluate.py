@@ -10,6 +10,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from explore_rl import config as config_lib
 from explore_rl.data.tasks import Problem
 from explore_rl.evaluation import metrics
 from explore_rl.exploration.base import base_plan
@@ -26,10 +27,10 @@ def evaluate(
     config,
     verifier: Verifier,
     rng: jax.Array,
-    extractors,
     plan_fn=None,
 ) -> dict[str, float]:
     e, n = config.eval, config.eval.samples
+    extractors = config_lib.extractors(config)
     sampling = sampler.SamplingConfig(e.max_new_tokens, e.top_p, 0, tok.stop_ids)
     results: dict[str, float] = {}
     for name, problems in benchmarks.items():
@@ -44,12 +45,9 @@ def evaluate(
                 tok,
                 plan_fn(plan) if plan_fn else plan,
                 jax.random.fold_in(rng, start),
-                sampling,
                 verifier,
-                config.task.instruction,
-                config.rollout.max_prompt_len,
-                extractors,
-                0.0,
+                config,
+                sampling,
             )
             correct.append(r.correct)
             answers += [

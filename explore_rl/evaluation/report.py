@@ -46,10 +46,16 @@ def label(path: str) -> str:
     return re.sub(r"-s\d+$", "", os.path.basename(os.path.normpath(path)))
 
 
-def table(paths: list[str], window: int = 3) -> str:
+def by_label(paths: list[str], fn) -> dict[str, list]:
+    """{configuration: [fn(metrics rows) for each of its seeds]}."""
     runs = defaultdict(list)
     for path in sorted(paths):
-        runs[label(path)].append(summarise(read_metrics(path), window))
+        runs[label(path)].append(fn(read_metrics(path)))
+    return runs
+
+
+def table(paths: list[str], window: int = 3) -> str:
+    runs = by_label(paths, lambda rows: summarise(rows, window))
     head = ["run", "seeds", *(name for name, _, _ in COLUMNS)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, cells in runs.items():
@@ -64,9 +70,7 @@ def table(paths: list[str], window: int = 3) -> str:
 
 def curve(paths: list[str], key: str) -> str:
     """Per-step mean over seeds of `key`, one markdown row per configuration."""
-    runs = defaultdict(list)
-    for path in sorted(paths):
-        runs[label(path)].append([r.get(key, np.nan) for r in read_metrics(path)])
+    runs = by_label(paths, lambda rows: [r.get(key, np.nan) for r in rows])
     steps = max(len(v) for vs in runs.values() for v in vs)
     lines = [f"| {key} \\ step | " + " | ".join(map(str, range(1, steps + 1))) + " |"]
     lines.append("|" + "---|" * (steps + 1))

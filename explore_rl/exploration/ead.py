@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import warnings
 
-import jax.numpy as jnp
 from ml_collections import ConfigDict
 
 from explore_rl.exploration.base import Explorer, RolloutPlan, StepContext, register
@@ -77,7 +76,7 @@ class EAD(Explorer):
 
     def _anneal(self, plan: RolloutPlan, step: int) -> RolloutPlan:
         tau = plan.temperature * self.table(plan.temperature.shape[1], step)[None, :]
-        return plan.replace(temperature=tau.astype(jnp.float32))
+        return plan.replace(temperature=tau)
 
     def plan(self, state, plan, ctx: StepContext, rng):
         return self._anneal(plan, ctx.step)

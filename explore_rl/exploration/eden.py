@@ -49,10 +49,10 @@ import jax.numpy as jnp
 import numpy as np
 from ml_collections import ConfigDict
 
-from explore_rl import config as config_lib
 from explore_rl.exploration.base import Explorer, RolloutPlan, Shaped, StepContext, register
 from explore_rl.models.transformer import Interventions
 from explore_rl.rl import rollout as rollout_lib
+from explore_rl.rl.advantages import zero_advantage_groups
 from explore_rl.sampling import schedules
 
 ANCHORS = ("bank", "none", "per_rollout", "fixed_random")
@@ -114,13 +114,13 @@ class EDEN(Explorer):
         }
 
     def init(self, ctx: StepContext):
-        e, pool = self.config, word_pool(ctx.tok)
-        rng = np.random.default_rng(e.bank_seed)
+        e, rng = self.config, np.random.default_rng(self.config.bank_seed)
         if e.anchor == "fixed_random":
-            ids, report = [int(rng.choice(pool))], {"fixed_random": True}
+            ids, report = [int(rng.choice(word_pool(ctx.tok)))], {"fixed_random": True}
         elif e.bank_tokens:
             ids, report = _user_tokens(ctx.tok, e.bank_tokens), {"user_tokens": True}
         else:
+            pool = word_pool(ctx.tok)
             drawn = rng.choice(pool, size=min(e.candidates, len(pool)), replace=False)
             ids, report = screen(ctx, [int(i) for i in drawn], self.config)
         state = {
@@ -258,12 +258,8 @@ def _probe(ctx: StepContext, problems, routes, n: int, rng) -> list[float]:
         ctx.tok,
         plan,
         rng,
-        config_lib.sampling_config(c, ctx.tok.stop_ids),
         ctx.verifier,
-        c.task.instruction,
-        c.rollout.max_prompt_len,
-        config_lib.extractors(c),
-        0.0,
+        c,
     )
     correct = ro.correct.reshape(len(problems), len(routes), n)
     return [float(x) for x in correct.mean(axis=(0, 2))]
@@ -296,7 +292,7 @@ def shape_metrics(rollouts, noisy, kept, n_noisy: int) -> dict[str, float]:
         "reward_clean": float(rewards[~noisy].mean()),
         "kept_frac": float(kept.sum() / max(noisy.sum(), 1)),
         # groups the clean rows alone would leave without signal
-        "clean_zero_adv_frac": float(np.mean(np.all(clean == clean[:, :1], axis=1))),
+        "clean_zero_adv_frac": float(np.mean(zero_advantage_groups(clean))),
     }
     per_prompt = kept.reshape(q, g).sum(axis=1)
     for k in range(n_noisy + 1):

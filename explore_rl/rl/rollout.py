@@ -15,10 +15,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from explore_rl import config as config_lib
 from explore_rl.data.tasks import Problem
 from explore_rl.exploration.base import RolloutPlan
 from explore_rl.models.tokenizer import Tokenizer
 from explore_rl.rewards.math import Verifier, format_reward
+from explore_rl.rl.advantages import zero_advantage_groups
 from explore_rl.sampling import sampler
 
 
@@ -58,16 +60,18 @@ def generate(
     tok: Tokenizer,
     plan: RolloutPlan,
     rng,
-    sampling: sampler.SamplingConfig,
     verifier: Verifier,
-    instruction: str,
-    max_prompt_len: int,
-    extractors,
-    format_weight: float,
+    config,
+    sampling: sampler.SamplingConfig | None = None,
+    format_weight: float = 0.0,
 ) -> Rollouts:
-    """Sample G = B / Q responses to each of the plan's Q problems and score them."""
+    """Sample G = B / Q responses to each of the plan's Q problems and score them, with the
+    run config's instruction, prompt limit and answer extractors; `sampling` defaults to
+    the config's rollout settings."""
     problems = plan.problems
-    prompts, mask = encode(tok, problems, instruction, max_prompt_len)
+    prompts, mask = encode(tok, problems, config.task.instruction, config.rollout.max_prompt_len)
+    sampling = sampling or config_lib.sampling_config(config, tok.stop_ids)
+    extractors = config_lib.extractors(config)
     out = sampler.sample(
         params,
         cfg,
@@ -134,4 +138,4 @@ def select_groups(parts: list[tuple[Rollouts, int]], pad_id: int) -> Rollouts:
 
 def informative(r: Rollouts) -> np.ndarray:
     """Groups with a nonzero advantage: rewards not all equal."""
-    return ~np.all(r.rewards == r.rewards[:, :1], axis=1)
+    return ~np.asarray(zero_advantage_groups(r.rewards))

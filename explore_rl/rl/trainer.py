@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from jax.sharding import Mesh
 from ml_collections import ConfigDict
 from tqdm import tqdm
 
@@ -67,9 +68,10 @@ class Run:
     explorers: list = dataclasses.field(default_factory=list)
     ref_params: dict | None = None  # frozen reference policy, when rl.kl_coef > 0
     workdir: str | None = None
+    mesh: Mesh | None = None  # where the update's batch rows are sharded
 
     @classmethod
-    def create(cls, c, cfg, tok, verifier, workdir=None, ref_params=None) -> Run:
+    def create(cls, c, cfg, tok, verifier, workdir=None, ref_params=None, mesh=None) -> Run:
         """The run of config `c`: its problems, optimizer, keys and explorers."""
         train_set, test_sets = config_lib.load_problems(c)
         key, eval_key = jax.random.split(jax.random.key(c.seed))
@@ -86,6 +88,7 @@ class Run:
             explorers=exploration.build(c),
             ref_params=ref_params,
             workdir=workdir,
+            mesh=mesh,
         )
 
     def context(self, params, step: int) -> exploration.StepContext:
@@ -114,7 +117,6 @@ def collect(run: Run, progress: Progress, step: int):
     """The step's Q groups (DAPO: informative ones, refilled); new data position."""
     c, params = run.config, progress.state.params
     r, q, g = c.rollout, c.rollout.prompts, c.rollout.group_size
-    sampling = config_lib.sampling_config(c, run.tok.stop_ids)
     ctx, step_key = run.context(params, step), jax.random.fold_in(run.key, step)
     position = int(progress.data_position)
     kept, spare, batches, timeouts = [], [], 0, 0
@@ -131,12 +133,9 @@ def collect(run: Run, progress: Progress, step: int):
             run.tok,
             plan,
             sample_key,
-            sampling,
             run.verifier,
-            c.task.instruction,
-            r.max_prompt_len,
-            config_lib.extractors(c),
-            c.reward.format_weight,
+            c,
+            format_weight=c.reward.format_weight,
         )
         batches, timeouts = batches + 1, timeouts + ro.timeouts
         good = rollout_lib.informative(ro) if r.dynamic_sampling else np.ones(q, bool)
@@ -218,6 +217,8 @@ def make_batch(run: Run, progress: Progress, ro, step: int):
         weights=jnp.asarray(weights, jnp.float32),
         ref_logp=ref,
     )
+    if run.mesh is not None:  # rows over ('data', 'fsdp'): each device updates its share
+        batch = parallel.shard_batch(batch, run.mesh)
     return batch, states, metrics
 
 
@@ -240,7 +241,7 @@ def start(c, workdir: str, verifier: Verifier):
     mesh = parallel.make_mesh(c.mesh.data, c.mesh.fsdp)
     params, cfg, tok = config_lib.load_policy(c, parallel.placer(mesh))
     ref = jax.tree.map(jnp.copy, params) if c.rl.kl_coef else None
-    run = Run.create(c, cfg, tok, verifier, workdir, ref)
+    run = Run.create(c, cfg, tok, verifier, workdir, ref, mesh)
     ckpt = Checkpointer(workdir, c.train.keep_checkpoints)
     step = ckpt.latest_step() or 0
     ctx = run.context(params, 0)
@@ -300,7 +301,6 @@ def run_evaluation(run: Run, progress: Progress, step: int) -> dict:
         run.config,
         run.verifier,
         jax.random.fold_in(run.eval_key, step),
-        config_lib.extractors(run.config),
         lambda p: exploration.eval_plan(run.explorers, progress.explorers, p, ctx),
     )
 
