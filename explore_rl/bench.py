@@ -3,6 +3,7 @@
     python -m explore_rl.bench forward [--batch 64] [--length 128] [--dtype float32]
     python -m explore_rl.bench sample [--no-peer]
     python -m explore_rl.bench step
+    python -m explore_rl.bench startup
 
 `forward`: tokens/s of the jitted forward (logits included) of the embedded model at
 batch x length tokens, and its achieved FLOP/s as a fraction of the FLOP/s of a large
@@ -20,6 +21,10 @@ AdamW update at lr 1e-6, float32), split into rollout / pi_old / update seconds,
 tokens/s, the update's FLOP/s as a fraction of the matmul peak, and the process's peak
 RSS. Compare with the peers' numbers in ../shared/peers/README.md (TRL 61-70 s per step and
 14.6 GiB; Tunix 72.5 s and 18.5 GiB), measured on a slower CPU: compare ratios.
+
+`startup`: seconds from command to first rollout (`--mode sample`, 2 prompts x 2 samples x
+8 tokens of the embedded model) in fresh processes sharing a new, empty cache folder: the
+first converts the GGUF and compiles, the second reads both from the cache (`caching`).
 """
 
 from __future__ import annotations
@@ -29,8 +34,12 @@ import json
 import os
 import platform
 import random
+import re
 import resource
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import jax
@@ -253,6 +262,28 @@ def bench_step(args) -> dict:
     }
 
 
+_LOADED = re.compile(r"^loaded .* in ([0-9.]+)s$", re.M)
+
+
+def bench_startup(args) -> dict:
+    command = [
+        sys.executable, "-m", "explore_rl.main", "--mode", "sample", "--config", args.config,
+        "--config.sample.num_prompts=2", "--config.sample.samples_per_prompt=2",
+        "--config.sample.max_new_tokens=8",
+    ]  # fmt: skip
+    out = {"bench": "startup", "command": " ".join(command[1:])}
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, EXPLORE_RL_CACHE_DIR=cache, JAX_COMPILATION_CACHE_DIR="")
+        for run in ("cold", "warm"):
+            start = time.perf_counter()
+            done = subprocess.run(command, env=env, capture_output=True, text=True)
+            if done.returncode:
+                raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
+            out[f"{run}_s"] = round(time.perf_counter() - start, 2)
+            out[f"{run}_load_s"] = float(_LOADED.search(done.stdout).group(1))
+    return out
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="bench", required=True)
@@ -270,8 +301,15 @@ def main(argv=None):
     stp.add_argument("--model", default=weights.EMBEDDED)
     stp.add_argument("--steps", type=int, default=3)
     stp.add_argument("--micro-batches", type=int, default=1, help="groups split for the update")
+    up = sub.add_parser("startup", help="command to first rollout, cold and warm cache")
+    up.add_argument("--config", default="configs/base.py")
     args = parser.parse_args(argv)
-    benches = {"forward": bench_forward, "sample": bench_sample, "step": bench_step}
+    benches = {
+        "forward": bench_forward,
+        "sample": bench_sample,
+        "step": bench_step,
+        "startup": bench_startup,
+    }
     result = benches[args.bench](args)
     result["machine"] = (
         f"{platform.processor() or platform.machine()}, "

@@ -12,7 +12,6 @@ from ml_collections import ConfigDict
 from explore_rl.data import tasks
 from explore_rl.exploration import base as exploration
 from explore_rl.models import presets, transformer, weights
-from explore_rl.models.tokenizer import Tokenizer
 from explore_rl.rewards.math import EXTRACTORS
 from explore_rl.rl import advantages, losses
 from explore_rl.rl.train_step import OptimConfig
@@ -109,8 +108,7 @@ def load_policy(c: ConfigDict, place=None):
     dtypes = dict(param_dtype=c.model.param_dtype, dtype=c.model.dtype)
     if not c.model.random_init:
         return weights.load_model(c.model.path, place, **dtypes)
-    path = weights.embedded_model_path() if c.model.path == weights.EMBEDDED else c.model.path
-    tok = Tokenizer.from_gguf(path) if path.endswith(".gguf") else Tokenizer.from_hf_folder(path)
+    tok = weights.load_tokenizer(c.model.path)
     cfg = presets.get_preset(c.model.random_init, vocab_size=tok.vocab_size, **dtypes)
     params = transformer.init_params(cfg, jax.random.key(c.seed))
     if place is not None:

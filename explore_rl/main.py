@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from explore_rl import caching
 from explore_rl import config as config_lib
 from explore_rl.models import weights
 from explore_rl.sampling import sampler
@@ -109,6 +110,7 @@ def run_sample(config, workdir: str | None) -> list[dict]:
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)  # orbax and jax are chatty at INFO
+    caching.enable_compilation_cache()
     if _MODE.value == "sample":
         run_sample(_CONFIG.value, _WORKDIR.value)
         return

@@ -11,6 +11,11 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from explore_rl import caching  # noqa: E402
+
+# Compiled programs are shared with the CLI subprocesses and later runs of the suite.
+caching.enable_compilation_cache()
+
 TINY_HF = dict(
     vocab_size=64,
     hidden_size=32,

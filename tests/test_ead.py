@@ -1,4 +1,4 @@
-"""EAD: the temperature table, the behaviour log-prob mu it produces, TIS, the CLI."""
+"""EAD: the temperature table, the behaviour log-prob mu it produces, TIS, a smoke run."""
 
 import math
 
@@ -6,13 +6,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import run_main
 from test_sampler import G, Q, reference_truncated_logprob, response_logits, tiny  # noqa: F401
 
 from configs import ead as ead_config
 from explore_rl.exploration import base
 from explore_rl.logs import read_metrics
-from explore_rl.rl import losses
+from explore_rl.rl import losses, trainer
 from explore_rl.rl.train_step import score
 from explore_rl.sampling.sampler import SamplingConfig, sample
 
@@ -101,7 +100,8 @@ def test_mu_is_the_annealed_truncated_logprob(tiny):  # noqa: F811
     m = np.asarray(r.mask)
     # on-policy ratio 1: token-mean of -w A
     expected = -(w * np.asarray(adv)[:, None])[m].sum() / m.sum()
-    np.testing.assert_allclose(float(value), expected, rtol=1e-5)
+    # a float32 token-mean of ~100 terms of size <= 1.5 rounds by up to ~1e-7
+    np.testing.assert_allclose(float(value), expected, rtol=1e-5, atol=2e-7)
     np.testing.assert_allclose(float(metrics["tis/mean"]), w[m].mean(), rtol=1e-5)
     np.testing.assert_allclose(float(metrics["tis/max"]), w[m].max(), rtol=1e-6)
     np.testing.assert_allclose(float(metrics["tis/clipped_frac"]), (w[m] >= cap).mean())
@@ -125,15 +125,12 @@ def test_eval_plan_anneals_only_when_asked():
 
 
 @pytest.mark.slow
-def test_smoke_config_through_main(tmp_path):
-    out = run_main(
-        "--config=configs/ead.py:smoke",
-        f"--workdir={tmp_path}",
-        "--config.rollout.max_new_tokens=16",
-        "--config.exploration.ead.convention=code",
-        "--config.exploration.ead.at_eval=True",
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+def test_smoke_config_trains_with_the_code_convention_and_at_eval(tmp_path):
+    # in process: the command line itself is tested in test_trainer and test_main
+    c = ead_config.get_config("smoke")
+    c.rollout.max_new_tokens = 16
+    c.exploration.ead.convention, c.exploration.ead.at_eval = "code", True
+    trainer.train(c, str(tmp_path))
     rows = read_metrics(str(tmp_path))
     assert [r["step"] for r in rows] == [1, 2, 3]
     for r in rows:

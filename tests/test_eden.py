@@ -8,7 +8,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import run_main
 
 from configs import eden as eden_config
 from explore_rl.exploration import base, eden
@@ -219,15 +218,11 @@ def test_ablation_smoke_configs_train(ablation, tmp_path):
     assert row["train/skipped_updates"] == 0 and "eden/kept_frac" in row
 
 
-def test_smoke_config_composed_with_ead_through_main(tmp_path):
-    out = run_main(
-        "--config=configs/eden.py:smoke",
-        f"--workdir={tmp_path}",
-        "--config.exploration.methods=('eden', 'ead')",
-        "--config.rollout.max_new_tokens=16",
-        "--config.rl.tis_cap=2.0",
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+def test_smoke_config_composed_with_ead(tmp_path):
+    c = eden_config.get_config("smoke")
+    c.exploration.methods = ("eden", "ead")
+    c.rollout.max_new_tokens, c.rl.tis_cap = 16, 2.0
+    trainer.train(c, str(tmp_path))
     rows = read_metrics(str(tmp_path))
     assert [r["step"] for r in rows] == [1, 2, 3] and "eval/arithmetic/pass@1" in rows[-1]
     assert all("eden/kept_frac" in r and "tis/mean" in r for r in rows)

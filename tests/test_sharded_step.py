@@ -8,6 +8,8 @@ import textwrap
 SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     jax.config.update("jax_default_matmul_precision", "highest")
+    from explore_rl import caching
+    caching.enable_compilation_cache()
     from explore_rl import parallel
     from explore_rl.models import presets, transformer
     from explore_rl.rl import losses

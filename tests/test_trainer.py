@@ -1,6 +1,7 @@
 """The trainer end to end: the smoke CLI, exact resume, config validation."""
 
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -50,7 +51,11 @@ def _demo_config(steps):
 
 def test_resume_continues_exactly(tmp_path):
     straight = trainer.train(_demo_config(4), str(tmp_path / "a"))
-    trainer.train(_demo_config(2), str(tmp_path / "b"))  # "killed" after step 2
+    # The same run killed after logging step 4 but before its checkpoint: the newest
+    # complete checkpoint is step 2's, and the lines of steps 3 and 4 must not repeat.
+    skip_step_4 = lambda folder, names: ["4"] if folder.endswith("checkpoints") else []  # noqa: E731
+    shutil.copytree(tmp_path / "a", tmp_path / "b", ignore=skip_step_4)
+    assert sorted(os.listdir(tmp_path / "b" / "checkpoints")) == ["2"]
     resumed = trainer.train(_demo_config(4), str(tmp_path / "b"))
     a, b = read_metrics(str(tmp_path / "a")), read_metrics(str(tmp_path / "b"))
     assert [r["step"] for r in b] == [1, 2, 3, 4]
@@ -60,8 +65,10 @@ def test_resume_continues_exactly(tmp_path):
             k: v for k, v in rb.items() if not k.startswith(drop)
         }
     assert any(r["groups/zero_adv_frac"] < 1 for r in a)  # real updates happened
-    for x, y in zip(jax.tree.leaves(straight.state), jax.tree.leaves(resumed.state)):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    leaves = zip(jax.tree.leaves(straight.state), jax.tree.leaves(resumed.state))
+    # np.array_equal: bit-for-bit like assert_array_equal, at a fraction of its cost on the
+    # 135M model's params and AdamW moments
+    assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in leaves)
     assert int(straight.data_position) == int(resumed.data_position) == 8
 
 

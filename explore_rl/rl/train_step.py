@@ -66,7 +66,11 @@ class OptimConfig:
     micro_batches: int = 1  # gradient accumulation: groups per micro-batch = Q / M
 
 
+@functools.cache
 def make_optimizer(c: OptimConfig) -> optax.GradientTransformation:
+    """AdamW after global-norm clipping. One object per config: `train_step` takes the
+    optimizer as a static argument (hashed by identity), so a new run, an evaluation or a
+    resume in the same process reuses the compiled update instead of compiling again."""
     lr = optax.linear_schedule(0.0, c.lr, c.warmup_steps) if c.warmup_steps else c.lr
     return optax.chain(
         optax.clip_by_global_norm(c.max_grad_norm),

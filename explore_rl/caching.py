@@ -1,0 +1,67 @@
+"""The user's cache folder: compiled XLA programs and converted model files.
+
+Both are pure functions of their inputs, so they are kept across runs and shared by every
+process on the machine (tests, sweeps, notebooks):
+
+- `xla/`: JAX's persistent compilation cache. An identical program (same shapes, flags,
+  JAX version and device) compiles once per machine; later processes load it.
+- `gguf/<sha256>/`: a GGUF file converted once to an HF folder (dequantized float32
+  safetensors, config.json, tokenizer.json); later loads memory-map it.
+
+Where: `$EXPLORE_RL_CACHE_DIR`, else `$XDG_CACHE_HOME/explore_rl`, else
+`~/.cache/explore_rl`. JAX's own `JAX_COMPILATION_CACHE_DIR`, when set, wins for `xla/`.
+Deleting the folder is always safe.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+
+import jax
+
+# Programs that compile faster than this are cheaper to rebuild than to read back.
+_MIN_COMPILE_SECONDS = 0.2
+
+
+def cache_dir(*parts: str) -> str:
+    root = os.environ.get("EXPLORE_RL_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "explore_rl"
+    )
+    return os.path.join(root, *parts)
+
+
+def enable_compilation_cache() -> str | None:
+    """Turn on JAX's persistent compilation cache (idempotent); the folder it uses, or None
+    when it cannot be created (then programs compile as usual)."""
+    folder = jax.config.jax_compilation_cache_dir or cache_dir("xla")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return None
+    jax.config.update("jax_compilation_cache_dir", folder)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", _MIN_COMPILE_SECONDS)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return folder
+
+
+def build_once(final: str, build: Callable[[str], None]) -> str:
+    """`final`, a folder that `build(tmp)` fills: built in a temporary sibling and renamed
+    into place, so a reader never sees half a folder and concurrent builders are harmless
+    (the first rename wins, the others' copies are dropped)."""
+    if os.path.isdir(final):
+        return final
+    parent = os.path.dirname(final)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".building-", dir=parent)
+    try:
+        build(tmp)
+        os.rename(tmp, final)
+    except OSError:
+        if not os.path.isdir(final):
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final

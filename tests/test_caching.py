@@ -1,0 +1,138 @@
+"""The user cache: the GGUF -> HF conversion done once, folders built atomically, and the
+persistent XLA compilation cache."""
+
+import json
+import os
+import subprocess
+import sys
+
+import gguf
+import jax
+import numpy as np
+import pytest
+
+from explore_rl import caching
+from explore_rl.models import presets, weights
+
+
+def test_build_once_builds_in_a_temporary_folder_and_keeps_the_first(tmp_path):
+    calls = []
+
+    def build(out):
+        calls.append(out)
+        with open(os.path.join(out, "x.txt"), "w") as f:
+            f.write("one")
+
+    final = str(tmp_path / "cache" / "thing")
+    assert caching.build_once(final, build) == final
+    assert caching.build_once(final, build) == final  # there: not built again
+    assert len(calls) == 1 and calls[0] != final
+    assert open(os.path.join(final, "x.txt")).read() == "one"
+    assert os.listdir(tmp_path / "cache") == ["thing"]  # no temporary folder left
+
+    def broken(out):
+        with open(os.path.join(out, "half.txt"), "w") as f:
+            f.write("half")
+        raise RuntimeError("killed mid-build")
+
+    other = str(tmp_path / "cache" / "other")
+    with pytest.raises(RuntimeError, match="mid-build"):
+        caching.build_once(other, broken)
+    assert os.listdir(tmp_path / "cache") == ["thing"]  # a reader never sees half a folder
+
+
+def test_a_concurrent_builder_that_loses_the_rename_keeps_the_winner(tmp_path):
+    final = str(tmp_path / "thing")
+
+    def slow_loser(out):  # another process finishes first while this one builds
+        os.makedirs(final)
+        with open(os.path.join(final, "x.txt"), "w") as f:
+            f.write("winner")
+
+    assert caching.build_once(final, slow_loser) == final
+    assert open(os.path.join(final, "x.txt")).read() == "winner"
+    assert os.listdir(tmp_path) == ["thing"]
+
+
+def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("EXPLORE_RL_CACHE_DIR", str(tmp_path / "c"))
+    assert caching.cache_dir("gguf", "x") == str(tmp_path / "c" / "gguf" / "x")
+    monkeypatch.delenv("EXPLORE_RL_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert caching.cache_dir("xla") == str(tmp_path / "xdg" / "explore_rl" / "xla")
+
+
+def test_embedded_gguf_is_converted_once_and_read_from_the_cache(embedded_gguf, monkeypatch):
+    folder = weights.gguf_as_hf_folder(embedded_gguf)
+    assert folder.startswith(caching.cache_dir("gguf"))
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= set(
+        os.listdir(folder)
+    )
+    # the dequantized tensors are the GGUF's, with llama.cpp's Q/K row order undone
+    reader = gguf.GGUFReader(embedded_gguf)
+    tensors = {t.name: t for t in reader.tensors}
+    index = weights._safetensors_index(os.path.join(folder, "model.safetensors"))
+    cfg = presets.from_hf_config(folder)
+    for gguf_name, hf_name, heads in [
+        ("token_embd.weight", "model.embed_tokens.weight", None),
+        ("blk.3.ffn_down.weight", "model.layers.3.mlp.down_proj.weight", None),
+        ("blk.0.attn_k.weight", "model.layers.0.self_attn.k_proj.weight", cfg.n_kv_heads),
+    ]:
+        t = tensors[gguf_name]
+        expected = gguf.quants.dequantize(t.data, t.tensor_type)
+        if heads:
+            expected = weights._unpermute_qk(expected, heads)
+        np.testing.assert_array_equal(weights._read_safetensor(index[hf_name]), expected)
+
+    def no_conversion(*_):
+        raise AssertionError("a cached GGUF was read again")
+
+    monkeypatch.setattr(weights, "_gguf_reader", no_conversion)
+    assert weights.gguf_as_hf_folder(embedded_gguf) == folder
+    params, cfg2, tok = weights.load_model(embedded_gguf)
+    assert cfg2 == cfg and tok.vocab_size == 49152
+    assert params["layers"][0]["q"].shape == (cfg.d_model, cfg.n_heads, cfg.head_dim)
+
+
+def test_config_json_round_trip(tmp_path):
+    for name, cfg in presets.PRESETS.items():
+        (tmp_path / "config.json").write_text(json.dumps(presets.to_hf_config(cfg)))
+        assert presets.from_hf_config(str(tmp_path)) == cfg, name
+
+
+_COMPILE_AND_COUNT = """
+import sys, jax, jax.numpy as jnp
+from explore_rl import caching
+folder = caching.enable_compilation_cache()
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+@jax.jit
+def f(x):
+    for _ in range(40):
+        x = jnp.tanh(x @ x.T) + 0.123
+    return x
+f(jnp.ones((16, 16))).block_until_ready()
+print(folder)
+"""
+
+
+def test_compilation_cache_is_shared_by_processes(tmp_path):
+    env = dict(os.environ, EXPLORE_RL_CACHE_DIR=str(tmp_path), JAX_PLATFORMS="cpu")
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    run = lambda: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", _COMPILE_AND_COUNT], env=env, capture_output=True, text=True
+    )
+    first = run()
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert first.stdout.strip() == str(tmp_path / "xla")
+    entries = sorted(os.listdir(tmp_path / "xla"))
+    assert any(e.startswith("jit_f-") for e in entries)
+    mtimes = {e: os.path.getmtime(tmp_path / "xla" / e) for e in entries}
+    second = run()
+    assert second.returncode == 0, second.stderr[-2000:]
+    # the second process found every program in the cache: nothing new was written
+    assert sorted(os.listdir(tmp_path / "xla")) == entries
+    assert {e: os.path.getmtime(tmp_path / "xla" / e) for e in entries} == mtimes
+
+
+def test_compilation_cache_is_on_in_this_process():
+    assert jax.config.jax_compilation_cache_dir
