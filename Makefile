@@ -12,7 +12,7 @@ demo: $(VENV)/.runtime
 	$(PY) -m explore_rl.main --config configs/grpo.py:demo --workdir runs/demo
 
 test: $(VENV)/.dev
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
