@@ -11,8 +11,12 @@ PIP := $(PY) -m pip
 demo: $(VENV)/.runtime
 	$(PY) -m explore_rl.main --config configs/grpo.py:demo --workdir runs/demo
 
+# Tests run in 2 worker processes (pytest-xdist), one module per worker at a time so a
+# module's fixtures are built once; much of the suite is single-threaded compiles.
+PYTEST_WORKERS ?= 2
+
 test: $(VENV)/.dev
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope --durations=25
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -62,6 +62,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.rl.aggregation = "token_mean"  # token_mean | seq_mean_token_mean | seq_mean_token_sum_norm
     c.rl.eps_low = 0.2  # ratio clip below 1
     c.rl.eps_high = 0.28  # ratio clip above 1 (clip-higher)
+    c.rl.gspo_eps_low = 3e-4  # rl.policy=gspo: sequence-ratio clip below 1 (GSPO paper)
+    c.rl.gspo_eps_high = 4e-4  # rl.policy=gspo: sequence-ratio clip above 1
     c.rl.dual_clip = 0.0  # > 1 bounds negative-advantage losses; 0 off
     c.rl.tis_cap = 0.0  # c_IS of the truncated importance weight; 0 off
     c.rl.entropy_coef = 0.0  # alpha

@@ -75,6 +75,8 @@ def loss_config(c: ConfigDict) -> losses.LossConfig:
         aggregation=c.rl.aggregation,
         eps_low=c.rl.eps_low,
         eps_high=c.rl.eps_high,
+        gspo_eps_low=c.rl.gspo_eps_low,
+        gspo_eps_high=c.rl.gspo_eps_high,
         dual_clip=c.rl.dual_clip,
         tis_cap=c.rl.tis_cap,
         entropy_coef=c.rl.entropy_coef,

@@ -25,7 +25,6 @@ from ml_collections import config_flags
 
 from explore_rl import caching
 from explore_rl import config as config_lib
-from explore_rl.models import weights
 from explore_rl.sampling import sampler
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -61,9 +60,7 @@ def load_prompts(config) -> list[tuple[str, str | None]]:
 
 def run_sample(config, workdir: str | None) -> list[dict]:
     start = time.perf_counter()
-    params, cfg, tok = weights.load_model(
-        config.model.path, param_dtype=config.model.param_dtype, dtype=config.model.dtype
-    )
+    params, cfg, tok = config_lib.load_policy(config)  # honours model.random_init
     print(
         f"loaded {config.model.path} ({cfg.family}, {cfg.num_params() / 1e6:.0f}M params) "
         f"in {time.perf_counter() - start:.1f}s"

@@ -71,6 +71,17 @@ def make_hf_checkpoint(folder, variant: str, seed: int = 0, max_shard_size=None)
     return model
 
 
+@pytest.fixture(scope="module")
+def highest_precision():
+    """Full-precision float32 matmuls for the modules that compare against a reference
+    (`pytestmark = pytest.mark.usefixtures("highest_precision")`); scoped, so no module
+    changes the precision of another at import."""
+    import jax
+
+    with jax.default_matmul_precision("highest"):
+        yield
+
+
 @pytest.fixture(scope="session")
 def embedded_gguf():
     from explore_rl.models import weights

@@ -15,6 +15,8 @@ from explore_rl.rl import losses, trainer
 from explore_rl.rl.train_step import score
 from explore_rl.sampling.sampler import SamplingConfig, sample
 
+pytestmark = pytest.mark.usefixtures("highest_precision")  # mu vs a reference
+
 
 def _explorer(**overrides):
     c = ead_config.get_config("smoke")

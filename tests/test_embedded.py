@@ -2,7 +2,6 @@
 
 import os
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -10,8 +9,8 @@ import pytest
 from explore_rl.models.transformer import forward, positions_from_mask
 from explore_rl.sampling.sampler import greedy, left_pad
 
-jax.config.update("jax_default_matmul_precision", "highest")
-pytestmark = pytest.mark.slow  # the real 135M model and transformers' GGUF loader
+# the real 135M model and transformers' GGUF loader
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("highest_precision")]
 
 TEXTS = [
     "Hello world",

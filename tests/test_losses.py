@@ -159,3 +159,16 @@ def test_bad_loss_config():
         LossConfig(aggregation="mean")
     with pytest.raises(ValueError, match="dual_clip=0.5"):
         LossConfig(dual_clip=0.5)
+
+
+def test_gspo_clip_range_comes_from_the_config():
+    from configs import grpo
+    from explore_rl import config as config_lib
+
+    c = grpo.get_config("smoke")
+    # the config's defaults are the loss's (GSPO, Zheng et al. 2025: 3e-4 / 4e-4)
+    default = config_lib.loss_config(c)
+    assert (default.gspo_eps_low, default.gspo_eps_high) == (3e-4, 4e-4)
+    c.rl.gspo_eps_low, c.rl.gspo_eps_high = 1e-3, 2e-3
+    lc = config_lib.loss_config(c)
+    assert (lc.gspo_eps_low, lc.gspo_eps_high) == (1e-3, 2e-3)

@@ -48,3 +48,22 @@ def test_bad_config_and_prompt_field_fail_clearly(tmp_path):
     )
     assert out.returncode != 0
     assert f"{prompts}:1: no field 'question' (fields: ['problem'])" in out.stderr
+
+
+def test_sample_mode_honours_random_init(tmp_path, capsys):
+    from configs import base
+    from explore_rl import main
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("What is 2 + 2?\n")
+    c = base.get_config()
+    c.model.random_init = "tiny-llama"  # the embedded tokenizer, random 2-layer weights
+    c.sample.prompt_file, c.sample.samples_per_prompt, c.sample.max_new_tokens = (
+        str(prompts),
+        2,
+        4,
+    )
+    samples = main.run_sample(c, str(tmp_path / "run"))
+    assert [s["prompt"] for s in samples] == ["What is 2 + 2?"] * 2
+    out = capsys.readouterr().out
+    assert "(llama, 2M params)" in out and "135M" not in out

@@ -9,7 +9,7 @@ from conftest import FAMILY_VARIANTS, left_padded_batch, make_hf_checkpoint
 from explore_rl.models import presets, transformer, weights
 from explore_rl.models.transformer import Interventions, forward, positions_from_mask
 
-jax.config.update("jax_default_matmul_precision", "highest")
+pytestmark = pytest.mark.usefixtures("highest_precision")
 
 
 def torch_logits(model, tokens, mask):

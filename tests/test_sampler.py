@@ -9,10 +9,10 @@ from conftest import left_padded_batch
 
 from explore_rl.models import presets, transformer
 from explore_rl.models.transformer import Interventions
-from explore_rl.sampling import schedules
+from explore_rl.sampling import sampler, schedules
 from explore_rl.sampling.sampler import SamplingConfig, greedy, sample
 
-jax.config.update("jax_default_matmul_precision", "highest")
+pytestmark = pytest.mark.usefixtures("highest_precision")
 
 Q, G, T = 3, 4, 8
 
@@ -194,11 +194,12 @@ def test_changing_the_temperature_table_does_not_recompile(tiny):
     sc = SamplingConfig(T)
     run = lambda tau, seed: sample(params, cfg, prompts, pmask, jax.random.key(seed), tau, sc)  # noqa: E731
     run(schedules.constant(Q * G, T, 1.0), 0)  # compiles (or finds) this signature
-    before = sample._cache_size()
+    compiled = sampler._sample  # the jitted function behind `sample`'s host-side checks
+    before = compiled._cache_size()
     for step in range(3):
         run(schedules.table(batch=Q * G, per_position=schedules.ead(T, step, c=2)), step)
     run(schedules.constant(Q * G, T, 0.5), 1)
-    assert sample._cache_size() == before
+    assert compiled._cache_size() == before
 
 
 @pytest.mark.parametrize("top_p,top_k", [(1.0, 1), (1e-6, 0)])
@@ -248,6 +249,67 @@ def test_steering_routes_share_prefill_per_route(tiny):
     np.testing.assert_array_equal(
         np.asarray(shared.tokens)[route == 0], np.asarray(clean.tokens)[route == 0]
     )
+
+
+def _routed(prompts, pmask, route, bank):
+    """Prompt rows and the row -> prefill map of a routing, as `rollout.generate` makes."""
+    from explore_rl.rl.rollout import prefill_layout
+
+    prompt_of, rows = prefill_layout(Q, Q * G, route)
+    iv = Interventions(steer=bank[route], steer_layer=0)
+    rows = None if rows is None else jnp.asarray(rows)
+    return prompts[prompt_of], pmask[prompt_of], iv, rows, len(prompt_of)
+
+
+@pytest.mark.parametrize(
+    "layout", ["alternating", "random_per_row", "one_route_per_group", "uneven"]
+)
+def test_any_steering_layout_equals_a_per_row_prefill(tiny, layout):
+    params, cfg, prompts, pmask = tiny
+    b = Q * G
+    bank = jnp.concatenate(  # route 0 is the clean route
+        [jnp.zeros((1, cfg.d_model)), 2.0 * jax.random.normal(jax.random.key(2), (3, cfg.d_model))]
+    )
+    route = {
+        "alternating": np.arange(b) % 2,
+        "random_per_row": np.random.default_rng(0).integers(0, 4, b),
+        "one_route_per_group": np.repeat(np.arange(Q) % 3 + 1, G),
+        "uneven": np.tile([0, 1, 1, 2], Q),  # routes of 1, 2 and 1 rows in each group
+    }[layout]
+    p, pm, iv, rows, n_prefills = _routed(prompts, pmask, route, bank)
+    assert n_prefills == len(set(zip((np.arange(b) // G).tolist(), route.tolist())))
+    tau, sc = jnp.full((b, T), 1.1), SamplingConfig(T, top_p=0.95)
+    routed = sample(params, cfg, p, pm, jax.random.key(4), tau, sc, iv, rows)
+    src = np.arange(b) // G  # reference: every row prefilled on its own, under its vector
+    own = sample(params, cfg, prompts[src], pmask[src], jax.random.key(4), tau, sc, iv)
+    np.testing.assert_array_equal(np.asarray(routed.tokens), np.asarray(own.tokens))
+    np.testing.assert_allclose(np.asarray(routed.logprobs), np.asarray(own.logprobs), atol=1e-4)
+    clean = sample(params, cfg, prompts, pmask, jax.random.key(4), tau, sc)
+    steered = route != 0
+    assert (np.asarray(routed.tokens)[steered] != np.asarray(clean.tokens)[steered]).any()
+
+
+def test_plain_rows_share_one_prefill_per_prompt(tiny):
+    from explore_rl.rl.rollout import prefill_layout
+
+    prompt_of, rows = prefill_layout(Q, Q * G, None)
+    assert prompt_of.tolist() == list(range(Q)) and rows is None  # Q prefills, grouped decode
+    prompt_of, rows = prefill_layout(Q, Q * G, np.zeros(Q * G, int))
+    assert prompt_of.tolist() == list(range(Q)) and rows is None
+    prompt_of, rows = prefill_layout(Q, Q * G, np.arange(Q * G) % 2)
+    assert prompt_of.tolist() == [0, 0, 1, 1, 2, 2] and rows.tolist()[:G] == [0, 1, 0, 1]
+
+
+def test_rows_sharing_a_prefill_with_different_steering_are_refused(tiny):
+    params, cfg, prompts, pmask = tiny
+    b = Q * G
+    steer = jnp.asarray(np.where((np.arange(b) % 2)[:, None], 1.0, 0.0) * np.ones(cfg.d_model))
+    iv = Interventions(steer=steer, steer_layer=0)
+    tau, sc = jnp.ones((b, T)), SamplingConfig(T)
+    with pytest.raises(ValueError, match="rows 0 and 1 continue prompt row 0 but carry"):
+        sample(params, cfg, prompts, pmask, jax.random.key(4), tau, sc, iv)
+    with pytest.raises(ValueError, match=r"prefill_rows must give each of the 12 rows"):
+        sample(params, cfg, prompts, pmask, jax.random.key(4), tau, sc, None, jnp.arange(b))
 
 
 def test_readout_matches_full_forward(tiny):

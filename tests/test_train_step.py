@@ -19,7 +19,7 @@ from explore_rl.rl.train_step import (
 )
 from explore_rl.sampling.sampler import SamplingConfig, sample
 
-jax.config.update("jax_default_matmul_precision", "highest")
+pytestmark = pytest.mark.usefixtures("highest_precision")
 Q, G, T = 3, 4, 6
 
 

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, Int
 from ml_collections import ConfigDict
 
 from explore_rl.models.transformer import Interventions
@@ -48,6 +48,10 @@ class RolloutPlan:
     temperature: Float[Array, "B T"]
     interventions: Interventions | None = None
     info: dict[str, Any] = dataclasses.field(default_factory=dict)  # {explorer: arrays}
+    # Per-row steering route (any ints; None: one route). Rows of a problem with the same
+    # route share one prefill, so they must carry the same steering vector; routes may be
+    # laid out freely inside a group.
+    route: Int[Array, " B"] | None = None
     # the batch's Q problems (an explorer may replace them); None once sampled
     problems: list | None = struct.field(pytree_node=False, default=None)
 

@@ -62,7 +62,10 @@ WORD_MARKERS = ("Ġ", "▁")
 @register("eden")
 class EDEN(Explorer):
     intervenes = ("extra_embeds",)
-    _pool = None  # the lexical pool, for anchor="per_rollout"
+
+    def __init__(self, config: ConfigDict, run_config: ConfigDict):
+        super().__init__(config, run_config)
+        self._pool = None  # the lexical pool, for anchor="per_rollout" (built on first use)
 
     @staticmethod
     def defaults() -> ConfigDict:

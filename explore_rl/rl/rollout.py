@@ -54,6 +54,24 @@ def encode(tok: Tokenizer, problems: list[Problem], instruction: str, max_len: i
     return np.asarray(tokens), np.asarray(mask)
 
 
+def prefill_layout(q: int, b: int, route) -> tuple[np.ndarray, np.ndarray | None]:
+    """Which prompt rows to prefill and which one each decode row continues: one prefill
+    per distinct (problem, route), in order of first appearance. Returns (the problem of
+    each prompt row [P], the prompt row of each decode row [B]), the latter None for the
+    plain layout of G contiguous rows per prompt row (the sampler's fastest path)."""
+    g = b // q
+    problem = np.arange(b) // g
+    if route is None:
+        return np.arange(q), None
+    keys = list(zip(problem.tolist(), np.asarray(route).tolist()))
+    index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    rows = np.asarray([index[k] for k in keys], np.int32)
+    prompt_of = np.asarray([k[0] for k in index], np.int32)
+    if len(index) * g == b and (rows == np.arange(b) // g).all():
+        return prompt_of, None
+    return prompt_of, rows
+
+
 def generate(
     params,
     cfg,
@@ -72,15 +90,17 @@ def generate(
     prompts, mask = encode(tok, problems, config.task.instruction, config.rollout.max_prompt_len)
     sampling = sampling or config_lib.sampling_config(config, tok.stop_ids)
     extractors = config_lib.extractors(config)
+    prompt_of, rows = prefill_layout(len(problems), plan.temperature.shape[0], plan.route)
     out = sampler.sample(
         params,
         cfg,
-        jnp.asarray(prompts),
-        jnp.asarray(mask),
+        jnp.asarray(prompts[prompt_of]),
+        jnp.asarray(mask[prompt_of]),
         rng,
         plan.temperature,
         sampling,
         plan.interventions,
+        None if rows is None else jnp.asarray(rows),
     )
     tokens, keep = np.asarray(out.tokens), np.asarray(out.mask)
     texts = [tok.decode(t[k]) for t, k in zip(tokens, keep)]

@@ -173,13 +173,11 @@ def behaviour_is_pi_old(c, plan: exploration.RolloutPlan) -> bool:
     update per batch (pi_old = the sampling params), a clean plan (temperature 1, no
     interventions), no truncation. Equal up to float rounding of two computation orders
     (~1e-6 in log-prob)."""
-    r = c.rollout
     return (
         c.rl.pi_old == "auto"
         and c.rl.ppo_epochs == 1
         and c.rl.minibatches == 1
-        and r.top_p == 1.0
-        and r.top_k == 0
+        and not config_lib.sampling_config(c, stop_ids=()).truncates
         and plan.is_clean
     )
 

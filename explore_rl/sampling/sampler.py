@@ -1,9 +1,13 @@
 """Rollouts: group-shared prefill + KV-cache decode in one jitted `lax.while_loop`.
 
-Prompts are left-padded to a bucketed length L. The Q distinct prompts (one per prompt and
-steering route) are prefilled once and stay in the cache as a shared prefix: row b of the
-B = Q x G decode rows continues prompt b // G, so a group of G rollouts costs one prefill
-and reads its prompt's keys once per step, not G times. Appended embeddings (EDEN) come
+Prompts are left-padded to a bucketed length L. The P distinct prompt rows (one per prompt
+and steering route) are prefilled once and stay in the cache as a shared prefix. By default
+row b of the B = P x G decode rows continues prompt row b // G, so a group of G rollouts
+costs one prefill and reads its prompt's keys once per step, not G times. Any other layout
+(routes interleaved inside groups, uneven counts) names each row's prompt row in
+`prefill_rows`: each prompt row is still prefilled once and its keys are gathered per row.
+A layout the sampler would get wrong (rows sharing a prefill with different steering
+vectors) is an error, never a silently different result. Appended embeddings (EDEN) come
 after the shared prompt and run per row. Every row then writes slot t at step t: shapes
 never change. Positions come from the masks, so padding and masked slots take none.
 
@@ -15,10 +19,10 @@ exact up to float32 rounding of the cumulative sums, and no noise for the whole 
 (drawing V uniforms per row costs more than the rest of the draw). Top-p / top-k look at
 the 256 most likely tokens and sort the full vocabulary only when a row needs more.
 
-    rollout = sample(params, cfg, prompts, prompt_mask, rng, temperature,   # [Q x G, T]
+    rollout = sample(params, cfg, prompts, prompt_mask, rng, temperature,   # [P x G, T]
                      SamplingConfig(max_new_tokens=512, top_p=1.0, stop_ids=tok.stop_ids))
 
-Dimension letters: Q prefill rows, B decode rows, L prompt length, T new tokens, E
+Dimension letters: P prompt (prefill) rows, B decode rows, L prompt length, T new tokens, E
 appended slots, V vocab, D model.
 """
 
@@ -233,7 +237,7 @@ def _record(state: _State, choice: _Choice, stop_ids) -> _State:
     return state.replace(done=state.done | stopped, out=o)
 
 
-def _steering(iv: Interventions | None, rows: slice) -> Interventions | None:
+def _steering(iv: Interventions | None, rows) -> Interventions | None:
     """Steering and readout of `rows`, without appended slots (those run once, per row)."""
     if iv is None:
         return None
@@ -241,30 +245,45 @@ def _steering(iv: Interventions | None, rows: slice) -> Interventions | None:
     return Interventions(steer=steer, steer_layer=iv.steer_layer, readout_layer=iv.readout_layer)
 
 
-def prefill(params, cfg, prompts, prompt_mask, iv, batch: int, n_new: int):
-    """Prefill the Q prompts once; rows b of the batch decode from prompt b // (B / Q).
+def _gather_prefix(cache: transformer.KVCache, rows: Int[Array, " B"]) -> transformer.KVCache:
+    """The prompt cache of P prefills laid out one per decode row (row b sees prefill
+    rows[b]): for layouts that are not G contiguous rows per prompt."""
+    take = lambda xs: [x[rows] for x in xs]  # noqa: E731
+    return cache.replace(k=take(cache.k), v=take(cache.v), mask=cache.mask[rows])
+
+
+def prefill(params, cfg, prompts, prompt_mask, iv, batch: int, n_new: int, rows=None):
+    """Prefill the P prompts once each; row b of the batch decodes from prompt rows[b]
+    (default b // (B / P): groups of G contiguous rows, whose keys the decode then reads
+    once per group). A prefill runs under the steering vector of the first row mapped to
+    it: rows sharing a prefill must share their steering (`sample` checks it).
 
     Returns the decode cache (the prompts as its shared prefix, n_new slots per row, any
     appended slots filled), the last hidden state per row, and the positions taken so far.
     """
-    q = prompts.shape[0]
-    if batch % q:
-        raise ValueError(f"{batch} rows are not a whole number of groups of the {q} prompts")
-    group = batch // q
-    # Rows of a group share a prompt's prefill, so they must share its steering route.
+    p = prompts.shape[0]
+    if rows is None:
+        if batch % p:
+            raise ValueError(f"{batch} rows are not a whole number of groups of the {p} prompts")
+        rows = jnp.arange(batch) // (batch // p)
+        first, grouped = jnp.arange(p) * (batch // p), True
+    else:
+        first = jnp.argmax(rows[None, :] == jnp.arange(p)[:, None], axis=1)
+        grouped = False
     pre = transformer.hidden_states(
         params,
         cfg,
         prompts,
         transformer.positions_from_mask(prompt_mask),
         prompt_mask,
-        transformer.init_cache(cfg, q, prompts.shape[1]),
-        _steering(iv, slice(None, None, group)),
+        transformer.init_cache(cfg, p, prompts.shape[1]),
+        _steering(iv, first),
     )
+    prefix = pre.cache if grouped else _gather_prefix(pre.cache, rows)
     n_extra = 0 if iv is None or iv.extra_embeds is None else iv.extra_embeds.shape[1]
-    cache = transformer.init_cache(cfg, batch, n_new, n_extra, prefix=pre.cache)
-    last = jnp.repeat(pre.hidden[:, -1], group, axis=0)
-    used = jnp.repeat(jnp.sum(prompt_mask, axis=1), group).astype(jnp.int32)
+    cache = transformer.init_cache(cfg, batch, n_new, n_extra, prefix=prefix)
+    last = pre.hidden[rows, -1]
+    used = jnp.sum(prompt_mask, axis=1)[rows].astype(jnp.int32)
     if n_extra:
         slots = transformer.hidden_states(
             params,
@@ -285,32 +304,84 @@ def prefill(params, cfg, prompts, prompt_mask, iv, batch: int, n_new: int):
     return cache, last, used
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "config"))
+def check_prefill_rows(
+    n_prompts: int, batch: int, rows: np.ndarray | None, steer: np.ndarray | None
+) -> None:
+    """Refuse a layout the sampler would get wrong: every row must name one of the
+    prompts, and rows that continue one prefill must carry the same steering vector (a
+    prefill runs once, under one vector). Host-side, on concrete arrays."""
+    if rows is None:
+        if batch % n_prompts:
+            raise ValueError(
+                f"{batch} rows are not a whole number of groups of the {n_prompts} prompts"
+            )
+        rows = np.arange(batch) // (batch // n_prompts)
+    elif rows.shape != (batch,) or rows.min() < 0 or rows.max() >= n_prompts:
+        raise ValueError(
+            f"prefill_rows must give each of the {batch} rows a prompt in [0, {n_prompts})"
+        )
+    if steer is None:
+        return
+    first = np.argmax(rows[None, :] == np.arange(n_prompts)[:, None], axis=1)
+    differ = np.any(steer != steer[first][rows], axis=-1)
+    if differ.any():
+        b = int(np.flatnonzero(differ)[0])
+        raise ValueError(
+            f"rows {int(first[rows[b]])} and {b} continue prompt row {int(rows[b])} but carry "
+            "different steering vectors: give each (prompt, route) its own prefill row "
+            "(prefill_rows)"
+        )
+
+
 def sample(
     params: dict,
     cfg: ModelConfig,
-    prompts: Int[Array, "Q L"],
-    prompt_mask: Bool[Array, "Q L"],
+    prompts: Int[Array, "P L"],
+    prompt_mask: Bool[Array, "P L"],
     rng: jax.Array,
     temperature: Float[Array, "B T"],
     config: SamplingConfig,
     interventions: Interventions | None = None,
+    prefill_rows: Int[Array, " B"] | None = None,
 ) -> Rollout:
     """Sample `config.max_new_tokens` tokens for each of the B rows of `temperature`.
 
-    Row b continues prompt b // G, G = B / Q: a group of G rollouts shares one prefill
-    and reads its prompt's keys once per step. `interventions` are per row: appended
-    slots [B, E, D] with their mask, a steering vector [B, D] (a group's rows share one
-    prefill, so they must share one route: give each (prompt, route) its own prompt row),
+    Row b continues prompt row `prefill_rows[b]` (default b // G, G = B / P: a group of G
+    rollouts shares one prefill and reads its prompt's keys once per step). Each of the P
+    prompt rows is prefilled once, so give one row per distinct (prompt, steering route).
+    `interventions` are per row: appended slots [B, E, D] with their mask, a steering
+    vector [B, D] (rows sharing a prompt row must share it: checked, an error otherwise),
     and `readout_layer` to record that block's output at every response token.
     """
+    steer = None if interventions is None else interventions.steer
+    concrete = not any(
+        isinstance(x, jax.core.Tracer) for x in (prefill_rows, steer) if x is not None
+    )
+    if concrete:
+        check_prefill_rows(
+            prompts.shape[0],
+            temperature.shape[0],
+            None if prefill_rows is None else np.asarray(prefill_rows),
+            None if steer is None else np.asarray(steer),
+        )
+    return _sample(
+        params, cfg, prompts, prompt_mask, rng, temperature, config, interventions, prefill_rows
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "config"))
+def _sample(
+    params, cfg, prompts, prompt_mask, rng, temperature, config, interventions, prefill_rows
+) -> Rollout:
     b, n_new = temperature.shape
     if n_new != config.max_new_tokens:
         raise ValueError(
             f"temperature table has {n_new} positions, max_new_tokens is {config.max_new_tokens}"
         )
     prompt_mask = prompt_mask.astype(bool)
-    cache, last, position = prefill(params, cfg, prompts, prompt_mask, interventions, b, n_new)
+    cache, last, position = prefill(
+        params, cfg, prompts, prompt_mask, interventions, b, n_new, prefill_rows
+    )
     uniforms = jax.random.uniform(rng, (n_new, b))
     readout = interventions is not None and interventions.readout_layer is not None
     empty = jnp.zeros((b, n_new), jnp.float32)

@@ -4,7 +4,8 @@ A table is [B, T]: one temperature per row and response position. The global tra
 step is an argument (traced), so a schedule that moves with training never recompiles.
 Per-position schedules return [T], per-row ones [B]; `table` composes them.
 
-    tau = table(per_row=eden_rows(noisy, step, warmup=200), per_position=ead(T, step))
+    warm = cosine_warmup(step, warmup_steps=200)                  # EDEN's noisy rows
+    tau = table(per_row=per_row(noisy, warm), per_position=ead(T, step))
 """
 
 from __future__ import annotations
