@@ -8,7 +8,7 @@ setup(
     description="JAX GRPO with EDEN, ASE, ExTra and EAD exploration",
     long_description=open("README.md").read(),
     long_description_content_type="text/markdown",
-    packages=find_packages(include=["explore_rl", "explore_rl.*"]),
+    packages=find_packages(include=["explore_rl", "explore_rl.*", "configs"]),
     python_requires=">=3.10",
     install_requires=[
         "jax>=0.7",

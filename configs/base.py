@@ -9,6 +9,25 @@ Method configs (configs/grpo.py, ...) start from this one and change values only
 
 from ml_collections import ConfigDict
 
+SCALES = ("smoke", "demo", "paper")  # seconds (tiny random model) | minutes | the seed's run
+
+
+def parse_arg(arg: str | None, file: str, variants=(), require_variant=False):
+    """(variant or None, scale) from a config argument `[<variant>,][<scale>]`, in either
+    order; the scale defaults to demo. The one way every config file reads its argument."""
+    tokens = [t.strip() for t in (arg or "").split(",") if t.strip()]
+    scales = [t for t in tokens if t in SCALES]
+    others = [t for t in tokens if t not in SCALES]
+    if len(scales) > 1 or len(others) > 1 or (others and others[0] not in variants):
+        allowed = f"{sorted(variants)} and " if variants else ""
+        raise ValueError(
+            f"configs/{file}:{arg}: give [<variant>,][<scale>], variants {allowed}"
+            f"scales {list(SCALES)}"
+        )
+    if require_variant and not others:
+        raise ValueError(f"configs/{file}:{arg}: name one of {sorted(variants)}")
+    return (others[0] if others else None), (scales[0] if scales else "demo")
+
 
 def get_config(arg: str | None = None) -> ConfigDict:
     c = ConfigDict()
@@ -40,7 +59,9 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.task.instruction = " Put the final answer in \\boxed{}."  # appended to each question
 
     c.reward = ConfigDict()
-    c.reward.extractors = "boxed,last_number"  # answer extraction, first that finds one
+    c.reward.name = "math"  # a registered reward (explore_rl/rewards/registry.py)
+    c.reward.fn = ""  # or your own "module.path:function" f(response, problem) -> float
+    c.reward.extractors = "boxed,last_number"  # math: answer extraction, first that finds one
     c.reward.format_weight = 0.0  # added when the response uses \boxed{}
     c.reward.workers = 2  # verifier processes
     c.reward.timeout = 5.0  # seconds per item; over time scores 0 and is counted

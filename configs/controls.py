@@ -4,10 +4,11 @@ configs/grpo.py with one value changed, at the same scale and seeds.
     python -m explore_rl.main --config configs/controls.py:temperature --workdir runs/t12
     python -m explore_rl.main --config configs/controls.py:entropy,smoke --workdir runs/x
 
-The argument is `<control>[,<scale>]`, scale one of smoke | demo (default) | paper.
+The argument is `<control>[,<scale>]` (`base.parse_arg`), scale one of smoke | demo
+(default) | paper.
 """
 
-from configs import grpo
+from configs import base, grpo
 
 
 def _temperature(c):  # EDEN's "Higher Temperature (T=1.2)"
@@ -51,10 +52,8 @@ CONTROLS = {
 
 
 def get_config(arg: str | None = None):
-    control, _, scale = (arg or "").partition(",")
-    if control not in CONTROLS:
-        raise ValueError(f"configs/controls.py:{arg}: allowed {sorted(CONTROLS)}[,scale]")
-    c = grpo.get_config(scale or "demo")
+    control, scale = base.parse_arg(arg, "controls.py", CONTROLS, require_variant=True)
+    c = grpo.get_config(scale)
     CONTROLS[control](c)
     return c
 

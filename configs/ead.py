@@ -11,14 +11,12 @@ smoke and demo are configs/grpo.py's with EAD on (same budget, so runs compare);
 paper is the seed's Appendix A (Minimal-RL recipe in the DAPO framework).
 """
 
-from configs import grpo
+from configs import base, grpo
 from explore_rl.exploration.ead import EAD
 
 
 def get_config(arg: str | None = None):
-    arg = arg or "demo"
-    if arg not in ("smoke", "demo", "paper"):
-        raise ValueError(f"configs/ead.py:{arg}: allowed smoke, demo, paper")
+    _, arg = base.parse_arg(arg, "ead.py")
     c = grpo.get_config(arg)
     c.exploration.methods = ("ead",)
     c.exploration.ead = EAD.defaults()  # tau_max 1.2, tau_min 0.1, d0 25, c 10, k = 1

@@ -6,11 +6,12 @@
     python -m explore_rl.main --config configs/eden.py:paper --workdir runs/eden-paper \\
         --config.model.path=/models/Qwen2.5-Math-1.5B --config.task.train_path=train.jsonl
 
-The argument is `[<ablation>,]<scale>`: scale smoke | demo | paper (configs/grpo.py's, so
-runs compare at equal rollout budget), ablation one of ABLATIONS (the paper's).
+The argument is `[<ablation>,][<scale>]` (`base.parse_arg`): scale smoke | demo (default) |
+paper (configs/grpo.py's, so runs compare at equal rollout budget), ablation one of
+ABLATIONS (the paper's).
 """
 
-from configs import grpo
+from configs import base, grpo
 from explore_rl.exploration.eden import EDEN
 
 
@@ -40,17 +41,13 @@ ABLATIONS = {
 
 
 def get_config(arg: str | None = None):
-    *ablation, scale = (arg or "demo").split(",")
-    if scale not in ("smoke", "demo", "paper") or len(ablation) > 1:
-        raise ValueError(f"configs/eden.py:{arg}: give [<ablation>,]<smoke|demo|paper>")
-    if ablation and ablation[0] not in ABLATIONS:
-        raise ValueError(f"configs/eden.py:{arg}: ablations {sorted(ABLATIONS)}")
+    ablation, scale = base.parse_arg(arg, "eden.py", ABLATIONS)
     c = grpo.get_config(scale)
     c.exploration.methods = ("eden",)
     c.exploration.eden = EDEN.defaults()
     _scale(c, scale)
     if ablation:
-        ABLATIONS[ablation[0]](c.exploration.eden, c.rollout.group_size)
+        ABLATIONS[ablation](c.exploration.eden, c.rollout.group_size)
     return c
 
 

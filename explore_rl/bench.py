@@ -238,6 +238,7 @@ def bench_step(args) -> dict:
             verifier=verifier,
             key=jax.random.key(0),
             eval_key=jax.random.key(1),
+            settings=config_lib.rollout_settings(c, tok),
         )
         for step in range(args.steps + 1):  # the first step compiles
             progress, m, _ = trainer.train_one_step(run, progress, step)

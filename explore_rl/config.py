@@ -6,16 +6,53 @@ ml_collections already rejects unknown keys and wrong types (the config is locke
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
+import os
+
 import jax
 from ml_collections import ConfigDict
 
+import configs
 from explore_rl.data import tasks
 from explore_rl.exploration import base as exploration
 from explore_rl.models import presets, transformer, weights
+from explore_rl.rewards import registry as rewards
 from explore_rl.rewards.math import EXTRACTORS
 from explore_rl.rl import advantages, losses
+from explore_rl.rl.rollout import RolloutSettings
 from explore_rl.rl.train_step import OptimConfig
 from explore_rl.sampling.sampler import SamplingConfig
+
+
+def config_file(path: str) -> str:
+    """A config file: the path as given, or else the project's own `configs/<name>` (so
+    `configs/grpo.py` names the same file from any directory)."""
+    if os.path.exists(path):
+        return path
+    packaged = os.path.join(os.path.dirname(configs.__file__), os.path.basename(path))
+    if os.path.basename(os.path.dirname(path)) in ("configs", "") and os.path.exists(packaged):
+        return packaged
+    raise ValueError(f"{path}: no such config file")
+
+
+def load(spec: str) -> ConfigDict:
+    """The config of `file.py[:arg]`, as `--config file.py[:arg]` gives it."""
+    path, _, arg = spec.partition(":")
+    path = config_file(path)
+    module_spec = importlib.util.spec_from_file_location(f"_config_{hash(path)}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.get_config(arg) if arg else module.get_config()
+
+
+def resolved(c: ConfigDict) -> ConfigDict:
+    """A copy of `c` with every exploration method's section complete (its defaults
+    included): what `config.json` records."""
+    out = ConfigDict(c.to_dict())
+    for name in c.exploration.methods:
+        out.exploration[name] = exploration.section(c, name)
+    return out
 
 
 def _check(ok: bool, message: str):
@@ -60,13 +97,14 @@ def validate(c: ConfigDict) -> None:
         "train.steps, train.log_every and train.checkpoint_every must be >= 1",
     )
     _check(c.eval.samples >= 1, f"eval.samples={c.eval.samples}: need at least 1")
+    rewards.build(c.reward)  # a known name, or an importable function
     exploration.build(c)  # each method's checks, and conflicts between methods
     loss_config(c)  # its own checks (names, gspo + aggregation, dual clip)
     sampling_config(c, stop_ids=())
 
 
 def extractors(c: ConfigDict) -> tuple[str, ...]:
-    return tuple(e.strip() for e in c.reward.extractors.split(",") if e.strip())
+    return rewards.extractors(c.reward)
 
 
 def loss_config(c: ConfigDict) -> losses.LossConfig:
@@ -103,6 +141,29 @@ def optim_config(c: ConfigDict) -> OptimConfig:
 def sampling_config(c: ConfigDict, stop_ids) -> SamplingConfig:
     r = c.rollout
     return SamplingConfig(r.max_new_tokens, r.top_p, r.top_k, tuple(stop_ids))
+
+
+def rollout_settings(c: ConfigDict, tok) -> RolloutSettings:
+    """How training rollouts are drawn and rewarded."""
+    return RolloutSettings(
+        instruction=c.task.instruction,
+        max_prompt_len=c.rollout.max_prompt_len,
+        sampling=sampling_config(c, tok.stop_ids),
+        extractors=extractors(c),
+        reward=rewards.build(c.reward),
+        format_weight=c.reward.format_weight,
+    )
+
+
+def eval_settings(c: ConfigDict, tok) -> RolloutSettings:
+    """How held-out questions are answered: the eval section's length, top-p, no top-k;
+    correctness only."""
+    e = c.eval
+    return dataclasses.replace(
+        rollout_settings(c, tok),
+        sampling=SamplingConfig(e.max_new_tokens, e.top_p, 0, tuple(tok.stop_ids)),
+        format_weight=0.0,
+    )
 
 
 def load_policy(c: ConfigDict, place=None):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 import jax
@@ -98,7 +99,7 @@ def run_sample(config, workdir: str | None) -> list[dict]:
     if workdir:
         os.makedirs(os.path.join(workdir, "samples"), exist_ok=True)
         with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(config.to_json(indent=2))
+            f.write(config_lib.resolved(config).to_json(indent=2))
         with open(os.path.join(workdir, "samples", "sample.jsonl"), "w") as f:
             f.writelines(json.dumps(x) + "\n" for x in samples)
     return samples
@@ -122,6 +123,25 @@ def main(argv):
     trainer.train(_CONFIG.value, _WORKDIR.value)
 
 
+def _config_paths(argv: list[str]) -> list[str]:
+    """`--config configs/x.py:arg` names the project's config from any directory."""
+
+    def find(value: str) -> str:
+        path, sep, arg = value.partition(":")
+        try:
+            return config_lib.config_file(path) + sep + arg
+        except ValueError:  # config_flags names the missing file itself
+            return value
+
+    out = list(argv)
+    for i, a in enumerate(out):
+        if a.startswith("--config="):
+            out[i] = "--config=" + find(a[len("--config=") :])
+        elif a == "--config" and i + 1 < len(out):
+            out[i + 1] = find(out[i + 1])
+    return out
+
+
 if __name__ == "__main__":
     flags.mark_flag_as_required("config")
-    app.run(main)
+    app.run(main, argv=_config_paths(sys.argv))

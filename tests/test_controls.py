@@ -36,8 +36,11 @@ def test_each_control_changes_only_its_values():
         changed = _flat(controls.get_config(name))
         diff = {k: v for k, v in changed.items() if base[k] != v}
         assert diff == expected, name
-    with pytest.raises(ValueError, match="allowed"):
+    with pytest.raises(ValueError, match="controls.py:colder: give .* variants"):
         controls.get_config("colder")
+    with pytest.raises(ValueError, match="controls.py:smoke: name one of"):
+        controls.get_config("smoke")
+    assert controls.get_config("smoke,gspo").rl.policy == "gspo"  # either order
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from configs import ead as ead_config
 from explore_rl.exploration import base
 from explore_rl.logs import read_metrics
 from explore_rl.rl import losses, trainer
+from explore_rl.rl.plan import base_plan
 from explore_rl.rl.train_step import score
 from explore_rl.sampling.sampler import SamplingConfig, sample
 
@@ -27,7 +28,7 @@ def _explorer(**overrides):
 
 def _plan(ex, c, rows, length, step, tau=1.0):
     ctx = base.StepContext(None, None, None, c, step)
-    return ex.plan({}, base.base_plan(rows, length, tau, []), ctx, None)
+    return ex.plan({}, base_plan(rows, length, tau, []), ctx, None)
 
 
 @pytest.mark.parametrize(
@@ -118,7 +119,7 @@ def test_mu_is_the_annealed_truncated_logprob(tiny):  # noqa: F811
 def test_eval_plan_anneals_only_when_asked():
     ex, c = _explorer()
     ctx = base.StepContext(None, None, None, c, 0)
-    p = base.base_plan(2, 32, 1.0, [])
+    p = base_plan(2, 32, 1.0, [])
     assert ex.eval_plan({}, p, ctx) is p
     ex, c = _explorer(at_eval=True)
     np.testing.assert_allclose(

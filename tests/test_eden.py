@@ -14,6 +14,7 @@ from explore_rl.exploration import base, eden
 from explore_rl.logs import read_metrics
 from explore_rl.rewards.math import Verifier
 from explore_rl.rl import trainer
+from explore_rl.rl.plan import base_plan
 from explore_rl.sampling.sampler import sample
 
 pytestmark = pytest.mark.slow  # each test builds a run (tiny model, embedded tokenizer)
@@ -34,7 +35,7 @@ def _plan(r, progress, step=0, key=0):
     (ex,) = r.explorers
     c = r.config
     q, g = c.rollout.prompts, c.rollout.group_size
-    p = base.base_plan(q * g, c.rollout.max_new_tokens, 1.0, r.train_set[:q])
+    p = base_plan(q * g, c.rollout.max_new_tokens, 1.0, r.train_set[:q])
     ctx = r.context(progress.state.params, step)
     return ex.plan(progress.explorers["eden"], p, ctx, jax.random.key(key)), ex
 

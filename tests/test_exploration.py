@@ -12,6 +12,7 @@ from explore_rl.exploration import base
 from explore_rl.logs import read_metrics
 from explore_rl.models.transformer import Interventions
 from explore_rl.rl import trainer
+from explore_rl.rl.plan import RolloutPlan, base_plan
 
 
 @base.register("test_noop")
@@ -44,6 +45,16 @@ class Toy(base.Explorer):
         weights = np.where(cool, self.config.weight * weights, weights)
         state = {"steps": state["steps"] + 1, "rows": state["rows"] + int(cool.sum())}
         return base.Shaped(advantages, weights, state, {"cool_frac": float(cool.mean())})
+
+
+@base.register("test_bonus")
+class Bonus(base.Explorer):
+    """An intrinsic reward before the advantage estimator: +1 for each group's first row."""
+
+    def rewards(self, state, rollouts, rewards, ctx):
+        bonus = np.zeros_like(rewards)
+        bonus[:, 0] = 1.0
+        return rewards + bonus
 
 
 @base.register("test_anchor_a")
@@ -103,7 +114,7 @@ def test_plans_compose_in_order():
         explorers = base.build(c)
     ctx = base.StepContext(None, None, None, c, step=0)
     states = {"ead": {}, "test_toy": None}
-    p = base.plan(explorers, states, base.base_plan(8, 16, 1.0, []), ctx, jax.random.key(0))
+    p = base.plan(explorers, states, base_plan(8, 16, 1.0, []), ctx, jax.random.key(0))
     ead = np.asarray(explorers[0].table(16, 0))
     tau = np.asarray(p.temperature)
     np.testing.assert_allclose(tau[0], ead, rtol=1e-6)  # a hot row: EAD's table
@@ -123,7 +134,7 @@ def test_config_errors_name_the_problem():
 
 
 def test_plan_rows_of_one_group():
-    p = base.RolloutPlan(
+    p = RolloutPlan(
         jnp.arange(12.0).reshape(6, 2),
         Interventions(steer=jnp.arange(6.0)[:, None]),
         {"x": {"row": np.arange(6), "group": np.arange(3) * 10}},
@@ -134,4 +145,20 @@ def test_plan_rows_of_one_group():
     np.testing.assert_array_equal(one.info["x"]["row"], [2, 3])
     np.testing.assert_array_equal(one.info["x"]["group"], [10])
     with pytest.raises(ValueError, match="per row"):
-        base.RolloutPlan(jnp.ones((6, 2)), info={"bad": np.ones(4)}).rows(0, 2)
+        RolloutPlan(jnp.ones((6, 2)), info={"bad": np.ones(4)}).rows(0, 2)
+
+
+@pytest.mark.slow
+def test_a_reward_hook_acts_before_the_advantage_estimator(tmp_path):
+    # the smoke model never answers correctly: without the bonus no group carries signal
+    plain = trainer.train(_config((), steps=1), str(tmp_path / "plain"))
+    bonus = trainer.train(_config(("test_bonus",), steps=1), str(tmp_path / "bonus"))
+    (p,) = read_metrics(str(tmp_path / "plain"))
+    (b,) = read_metrics(str(tmp_path / "bonus"))
+    assert p["reward/mean"] == b["reward/mean"] == 0.0  # logged rewards are the verifier's
+    assert p["train/grad_norm"] == 0.0 and b["train/grad_norm"] > 0.0
+    moved = [
+        not np.array_equal(np.asarray(x), np.asarray(y))
+        for x, y in zip(jax.tree.leaves(plain.state.params), jax.tree.leaves(bonus.state.params))
+    ]
+    assert any(moved)

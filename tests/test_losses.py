@@ -172,3 +172,22 @@ def test_gspo_clip_range_comes_from_the_config():
     c.rl.gspo_eps_low, c.rl.gspo_eps_high = 1e-3, 2e-3
     lc = config_lib.loss_config(c)
     assert (lc.gspo_eps_low, lc.gspo_eps_high) == (1e-3, 2e-3)
+
+
+def test_a_registered_policy_loss_is_used_by_name():
+    from explore_rl.rl import losses
+
+    @losses.register("test_unclipped")
+    def unclipped(x, c):  # plain importance-weighted policy gradient, never clipped
+        ratio = jnp.exp(x.logp - x.old_logp)
+        never = jnp.zeros(x.mask.shape, bool)
+        return -x.advantages[:, None] * ratio, never, never
+
+    logp = jnp.log(jnp.array([[0.5, 0.2], [0.4, 0.9]]))
+    old = jnp.log(jnp.array([[0.25, 0.2], [0.8, 0.3]]))
+    x = LossInputs(logp, old, jnp.array([1.0, -2.0]), jnp.array([[True, True], [True, False]]))
+    value, metrics = policy_loss(LossConfig(policy="test_unclipped"), x)
+    # ratios 2, 1 (A = 1) and 0.5 (A = -2); token-mean over 3 tokens
+    assert float(value) == pytest.approx(-(2.0 + 1.0 - 2.0 * 0.5) / 3, rel=1e-6)
+    with pytest.raises(ValueError, match="registered twice"):
+        losses.register("test_unclipped")(lambda x, c: None)

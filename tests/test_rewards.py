@@ -1,5 +1,6 @@
 """Answer extraction, equivalence, and the verifier pool's timeouts."""
 
+import json
 import signal
 import subprocess
 import sys
@@ -94,3 +95,71 @@ def test_verifier_pool_scores_and_times_out(busy_neighbours):
         v.fn = correct  # the killed pool is rebuilt, warm, for the next batch
         assert v.score([(r"\boxed{0.5}", "1/2")]) == ([1.0], 0)
         assert v.timeouts_total == 1 and v.warmup_s > 0
+
+
+def parity_of_length(response, problem):
+    """A user's reward (`reward.fn = "test_rewards:parity_of_length"`): any function of the
+    response and the problem."""
+    return float(len(response) % 2)
+
+
+def hangs(response, problem):
+    time.sleep(60)
+    return 1.0
+
+
+def test_reward_registry_and_config_errors():
+    from configs import grpo
+    from explore_rl import config as config_lib
+    from explore_rl.data.tasks import Problem
+    from explore_rl.rewards import registry
+
+    c = grpo.get_config("smoke")
+    math = registry.build(c.reward)
+    assert math(r"so \boxed{7}", Problem("3 + 4?", "7")) == 1.0
+    assert math("so 8", Problem("3 + 4?", "7")) == 0.0
+    c.reward.fn = "test_rewards:parity_of_length"
+    assert registry.build(c.reward) is parity_of_length
+    for bad, message in [
+        ("test_rewards", "give 'module.path:function'"),
+        ("no_such_module_xyz:f", "cannot import no_such_module_xyz"),
+        ("test_rewards:nothing", "test_rewards has no function 'nothing'"),
+    ]:
+        c.reward.fn = bad
+        with pytest.raises(ValueError, match=message):
+            config_lib.validate(c)
+    c.reward.fn, c.reward.name = "", "chess"
+    with pytest.raises(ValueError, match=r"reward.name='chess': allowed \['math'\]"):
+        config_lib.validate(c)
+
+
+@pytest.mark.slow
+def test_a_custom_reward_trains_the_smoke_config(tmp_path):
+    from configs import grpo
+    from explore_rl.logs import read_metrics
+    from explore_rl.rl import trainer
+
+    c = grpo.get_config("smoke")
+    c.reward.fn = "test_rewards:parity_of_length"
+    c.train.steps, c.train.eval_every, c.train.samples_to_log = 2, 0, 8
+    trainer.train(c, str(tmp_path))
+    rows = read_metrics(str(tmp_path))
+    assert [r["step"] for r in rows] == [1, 2]
+    logged = [json.loads(x) for f in sorted((tmp_path / "samples").iterdir()) for x in open(f)]
+    assert logged and all(s["reward"] == len(s["response"]) % 2 for s in logged)
+    assert 0 < rows[0]["reward/mean"] < 1  # both parities: the groups carry signal
+
+
+@pytest.mark.slow
+def test_a_hanging_custom_reward_times_out_and_is_counted(tmp_path):
+    from configs import grpo
+    from explore_rl.logs import read_metrics
+    from explore_rl.rl import trainer
+
+    c = grpo.get_config("smoke")
+    c.reward.fn, c.reward.timeout = "test_rewards:hangs", 0.5
+    c.train.steps, c.train.eval_every = 1, 0
+    trainer.train(c, str(tmp_path))
+    (row,) = read_metrics(str(tmp_path))
+    rows = c.rollout.prompts * c.rollout.group_size
+    assert row["rollout/verifier_timeouts"] == rows and row["reward/mean"] == 0.0

@@ -12,6 +12,7 @@ from configs import grpo
 from explore_rl import config as config_lib
 from explore_rl.logs import read_metrics
 from explore_rl.rl import trainer
+from explore_rl.rl.plan import base_plan
 
 pytestmark = pytest.mark.slow
 
@@ -85,14 +86,14 @@ def test_config_validation_messages():
     c.optim.micro_batches = 3
     with pytest.raises(ValueError, match="micro_batches=3 must divide"):
         config_lib.validate(c)
-    with pytest.raises(ValueError, match="allowed smoke, demo, paper"):
+    with pytest.raises(ValueError, match=r"grpo.py:huge: .* scales \[.smoke., .demo., .paper.\]"):
         grpo.get_config("huge")
 
 
 def _fake_rollouts(rewards):
     """Rollouts of q groups x 2 rows with the given rewards (tokens encode the row)."""
     from explore_rl.data.tasks import Problem
-    from explore_rl.exploration.base import RolloutPlan
+    from explore_rl.rl.plan import RolloutPlan
     from explore_rl.rl.rollout import Rollouts
     from explore_rl.sampling.sampler import Rollout
 
@@ -154,7 +155,7 @@ def test_pi_old_pass_is_skipped_only_when_mu_is_pi_old():
     from explore_rl.models.transformer import Interventions
 
     def plan(c):
-        return base.base_plan(4, 16, c.rollout.temperature, [])
+        return base_plan(4, 16, c.rollout.temperature, [])
 
     c = grpo.get_config("demo")
     assert trainer.behaviour_is_pi_old(c, plan(c))

@@ -32,6 +32,7 @@ from explore_rl.exploration import base, eden
 from explore_rl.models.transformer import Interventions
 from explore_rl.rewards.math import Verifier
 from explore_rl.rl import rollout as rollout_lib
+from explore_rl.rl.plan import RolloutPlan
 
 N = 4
 
@@ -108,7 +109,8 @@ def analyse(c, prompts: int, samples: int) -> dict:
         raise ValueError("diversity: the config has no 'eden' in exploration.methods")
     out = {"standard": [], "null": [], "perturbed": []}
     with Verifier(c.reward.workers, c.reward.timeout) as verifier:
-        ctx = base.StepContext(params, cfg, tok, c, 0, train_set, verifier)
+        settings = config_lib.rollout_settings(c, tok)
+        ctx = base.StepContext(params, cfg, tok, c, 0, train_set, verifier, settings=settings)
         bank = ex.init(ctx)
         key = jax.random.key(c.seed)
         for start in range(0, len(problems), 8):
@@ -126,10 +128,10 @@ def analyse(c, prompts: int, samples: int) -> dict:
                     params,
                     cfg,
                     tok,
-                    base.RolloutPlan(tau, interventions, problems=chunk),
+                    RolloutPlan(tau, interventions, problems=chunk),
                     k,
                     verifier,
-                    c,
+                    settings,
                 )
                 out[side] += _responses(ro, samples)
     return summarise(out["standard"], out["null"], out["perturbed"])

@@ -13,10 +13,9 @@ import numpy as np
 from explore_rl import config as config_lib
 from explore_rl.data.tasks import Problem
 from explore_rl.evaluation import metrics
-from explore_rl.exploration.base import base_plan
 from explore_rl.rewards.math import Verifier, extract_answer
 from explore_rl.rl import rollout
-from explore_rl.sampling import sampler
+from explore_rl.rl.plan import base_plan
 
 
 def evaluate(
@@ -30,8 +29,7 @@ def evaluate(
     plan_fn=None,
 ) -> dict[str, float]:
     e, n = config.eval, config.eval.samples
-    extractors = config_lib.extractors(config)
-    sampling = sampler.SamplingConfig(e.max_new_tokens, e.top_p, 0, tok.stop_ids)
+    settings = config_lib.eval_settings(config, tok)
     results: dict[str, float] = {}
     for name, problems in benchmarks.items():
         problems = problems[: e.num_prompts or len(problems)]
@@ -46,12 +44,11 @@ def evaluate(
                 plan_fn(plan) if plan_fn else plan,
                 jax.random.fold_in(rng, start),
                 verifier,
-                config,
-                sampling,
+                settings,
             )
             correct.append(r.correct)
             answers += [
-                [extract_answer(t, extractors) for t in r.texts[i * n : (i + 1) * n]]
+                [extract_answer(t, settings.extractors) for t in r.texts[i * n : (i + 1) * n]]
                 for i in range(len(chunk))
             ]
         correct = np.concatenate(correct)

@@ -2,11 +2,14 @@
 
 An explorer acts at two points of a step (DESIGN.md, "Contracts"):
 
-- `plan`: before sampling, it edits the `RolloutPlan` of the generation batch: the
+- `plan`: before sampling, it edits the `RolloutPlan` (`rl/plan.py`) of the batch: the
   per-row, per-position temperature table (a product of factors: the config's base
-  temperature x each explorer's), the `Interventions` (appended embeddings, steering), the
+  temperature x each explorer's), the `Interventions` (appended embeddings, steering) and
+  the rows' steering routes, the
   problems themselves (replacement prompts with their own reference answers), and `info`,
   its own per-row [B] or per-group [Q] arrays that it reads back in `shape`.
+- `rewards`: after the verifier, it may change the rewards the advantage estimator sees
+  (an intrinsic bonus before normalisation).
 - `shape`: after rewards and the base advantages, it returns new advantages, per-row loss
   weights (0 drops a row from the update), its new state and metrics.
 
@@ -30,49 +33,12 @@ import importlib
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from flax import struct
-from jaxtyping import Array, Float, Int
 from ml_collections import ConfigDict
 
-from explore_rl.models.transformer import Interventions
+from explore_rl.rl.plan import RolloutPlan
 
 REGISTRY: dict[str, type[Explorer]] = {}
-
-
-@struct.dataclass
-class RolloutPlan:
-    """How one generation batch is drawn; rows grouped by problem (row b: problem b // G)."""
-
-    temperature: Float[Array, "B T"]
-    interventions: Interventions | None = None
-    info: dict[str, Any] = dataclasses.field(default_factory=dict)  # {explorer: arrays}
-    # Per-row steering route (any ints; None: one route). Rows of a problem with the same
-    # route share one prefill, so they must carry the same steering vector; routes may be
-    # laid out freely inside a group.
-    route: Int[Array, " B"] | None = None
-    # the batch's Q problems (an explorer may replace them); None once sampled
-    problems: list | None = struct.field(pytree_node=False, default=None)
-
-    @property
-    def is_clean(self) -> bool:
-        """Whether rows are drawn from the plain policy at temperature 1 (then, with no
-        truncation, the sampler's mu is pi_old)."""
-        return self.interventions is None and bool(jnp.all(self.temperature == 1.0))
-
-    def rows(self, group: int, group_size: int) -> RolloutPlan:
-        """The plan of one group: per-row leaves sliced to its G rows, per-group to one."""
-        q = self.temperature.shape[0] // group_size
-
-        def take(x):
-            if np.ndim(x) and x.shape[0] == q * group_size:
-                return x[group * group_size : (group + 1) * group_size]
-            if np.ndim(x) and x.shape[0] == q:
-                return x[group : group + 1]
-            raise ValueError(f"plan arrays are per row [B, ...] or per group [Q, ...]: {x.shape}")
-
-        return jax.tree.map(take, self.replace(problems=None))
 
 
 @dataclasses.dataclass
@@ -89,6 +55,7 @@ class StepContext:
     train_set: list = dataclasses.field(default_factory=list)
     verifier: Any = None  # rewards.math.Verifier
     workdir: str | None = None
+    settings: Any = None  # rollout.RolloutSettings of the run (for an explorer's own rollouts)
 
 
 @dataclasses.dataclass
@@ -134,6 +101,11 @@ class Explorer:
         """The plan at evaluation time (default: evaluate the plain policy)."""
         return plan
 
+    def rewards(self, state, rollouts, rewards: np.ndarray, ctx: StepContext) -> np.ndarray:
+        """The [Q, G] rewards the advantage estimator sees (default: the verifier's); e.g.
+        an intrinsic bonus added before GRPO's normalisation."""
+        return rewards
+
     def shape(self, state, rollouts, advantages, weights, ctx: StepContext) -> Shaped:
         return Shaped(advantages, weights, state, {})
 
@@ -161,15 +133,19 @@ def get(name: str) -> type[Explorer]:
     return REGISTRY[name]
 
 
+def section(c: ConfigDict, name: str) -> ConfigDict:
+    """Method `name`'s config: its defaults, updated with what the run config sets."""
+    out = get(name).defaults()
+    if name in c.exploration:
+        out.update(c.exploration[name])
+    return out
+
+
 def build(c: ConfigDict) -> list[Explorer]:
     """The run's explorers, in order, each checked, with no two in conflict."""
     out, owners = [], {}
     for name in c.exploration.methods:
-        cls = get(name)
-        section = cls.defaults()
-        if name in c.exploration:
-            section.update(c.exploration[name])
-        ex = cls(section, c)
+        ex = get(name)(section(c, name), c)
         ex.check()
         claims = [*ex.intervenes, *(["prompts"] if ex.replaces_prompts else [])]
         for claim in claims:
@@ -183,10 +159,6 @@ def build(c: ConfigDict) -> list[Explorer]:
     return out
 
 
-def base_plan(rows: int, length: int, temperature: float, problems: list) -> RolloutPlan:
-    return RolloutPlan(jnp.full((rows, length), temperature, jnp.float32), problems=problems)
-
-
 def plan(explorers, states: dict, p: RolloutPlan, ctx: StepContext, rng) -> RolloutPlan:
     for i, ex in enumerate(explorers):
         p = ex.plan(states[ex.name], p, ctx, jax.random.fold_in(rng, i))
@@ -197,6 +169,13 @@ def eval_plan(explorers, states: dict, p: RolloutPlan, ctx: StepContext) -> Roll
     for ex in explorers:
         p = ex.eval_plan(states[ex.name], p, ctx)
     return p
+
+
+def rewards(explorers, states: dict, rollouts, r: np.ndarray, ctx: StepContext) -> np.ndarray:
+    """The rewards for the advantage estimator after every explorer in turn."""
+    for ex in explorers:
+        r = ex.rewards(states[ex.name], rollouts, r, ctx)
+    return r
 
 
 def shape(explorers, states: dict, rollouts, advantages, weights, ctx: StepContext):

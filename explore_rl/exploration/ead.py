@@ -29,7 +29,8 @@ import warnings
 
 from ml_collections import ConfigDict
 
-from explore_rl.exploration.base import Explorer, RolloutPlan, StepContext, register
+from explore_rl.exploration.base import Explorer, StepContext, register
+from explore_rl.rl.plan import RolloutPlan
 from explore_rl.sampling import schedules
 
 K_CONVENTIONS = {"paper": 1.0, "code": 20.0}

@@ -49,10 +49,11 @@ import jax.numpy as jnp
 import numpy as np
 from ml_collections import ConfigDict
 
-from explore_rl.exploration.base import Explorer, RolloutPlan, Shaped, StepContext, register
+from explore_rl.exploration.base import Explorer, Shaped, StepContext, register
 from explore_rl.models.transformer import Interventions
 from explore_rl.rl import rollout as rollout_lib
 from explore_rl.rl.advantages import zero_advantage_groups
+from explore_rl.rl.plan import RolloutPlan
 from explore_rl.sampling import schedules
 
 ANCHORS = ("bank", "none", "per_rollout", "fixed_random")
@@ -255,15 +256,7 @@ def _probe(ctx: StepContext, problems, routes, n: int, rng) -> list[float]:
         extra_mask=jnp.asarray(appended)[:, None],
     )
     plan = RolloutPlan(jnp.ones((b, c.rollout.max_new_tokens), jnp.float32), iv, problems=problems)
-    ro = rollout_lib.generate(
-        ctx.params,
-        ctx.cfg,
-        ctx.tok,
-        plan,
-        rng,
-        ctx.verifier,
-        c,
-    )
+    ro = rollout_lib.generate(ctx.params, ctx.cfg, ctx.tok, plan, rng, ctx.verifier, ctx.settings)
     correct = ro.correct.reshape(len(problems), len(routes), n)
     return [float(x) for x in correct.mean(axis=(0, 2))]
 

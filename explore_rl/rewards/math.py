@@ -113,6 +113,11 @@ def correct(response: str, reference: str, methods: Sequence[str] = ("boxed", "l
     return equivalent(extract_answer(response, methods), reference)
 
 
+def math_reward(response: str, problem, extractors: Sequence[str]) -> float:
+    """`correct` as a float, for a problem with an `answer` (the registered "math" reward)."""
+    return float(correct(response, problem.answer, extractors))
+
+
 def format_reward(response: str) -> float:
     """1 when the response puts an answer in \\boxed{} (the instruction's format)."""
     return float(last_boxed(response) is not None)
@@ -201,13 +206,15 @@ class Verifier:
     def __exit__(self, *exc):
         self.close()
 
-    def score(self, items: Sequence[tuple]) -> tuple[list[float], int]:
-        """Rewards for argument tuples of `fn`, and how many items timed out."""
+    def score(self, items: Sequence[tuple], fn: Callable | None = None) -> tuple[list[float], int]:
+        """Rewards for argument tuples of `fn` (default: the pool's), and how many items
+        timed out."""
+        fn = fn or self.fn
         if self._pool is None:
             self._start()
         if not self._warm:
             self._wait_warm()
-        jobs = [self._pool.apply_async(_score_one, (self.fn, args, self.timeout)) for args in items]
+        jobs = [self._pool.apply_async(_score_one, (fn, args, self.timeout)) for args in items]
         # Each item has its own timer; the batch as a whole gets the time its share of
         # items needs plus slack (a worker replaced mid-batch warms up again, hence the
         # last warm-up time), after which unfinished items count as timed out.

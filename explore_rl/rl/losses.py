@@ -71,7 +71,32 @@ class LossInputs:
 
 # ----------------------------------------------------------------------------- per-token
 
+PolicyLoss = Callable[["LossInputs", "LossConfig"], tuple[Array, Array, Array]]
+POLICY_LOSSES: dict[str, PolicyLoss] = {}
 
+
+def register(name: str):
+    """Register a per-token policy loss as `rl.policy = name`.
+
+    The contract: `f(x: LossInputs, c: LossConfig) -> (loss, clipped_low, clipped_high)`,
+    each [B, T]: the loss of every response token (before masking, row weights and
+    aggregation, which `policy_loss` applies: padding may hold anything finite), and
+    whether that token's ratio was clipped below 1 - eps (with A < 0) or above 1 + eps
+    (with A > 0), for the `policy/clip_frac_*` metrics. It must be differentiable in
+    `x.logp` and treat `x.old_logp` as a constant. A sequence-level loss gives every token
+    of a row the row's value (see `gspo`).
+    """
+
+    def add(fn: PolicyLoss) -> PolicyLoss:
+        if name in POLICY_LOSSES and POLICY_LOSSES[name] is not fn:
+            raise ValueError(f"policy loss {name!r} is registered twice")
+        POLICY_LOSSES[name] = fn
+        return fn
+
+    return add
+
+
+@register("ppo_clip")
 def ppo_clip(x: LossInputs, c: LossConfig):
     """-min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A), rho = pi_theta / pi_old
     (Schulman et al. 2017, Eq. 7; asymmetric clip-higher from DAPO, Yu et al. 2025, Eq. 10),
@@ -87,6 +112,7 @@ def ppo_clip(x: LossInputs, c: LossConfig):
     return loss, low, high
 
 
+@register("gspo")
 def gspo(x: LossInputs, c: LossConfig):
     """Sequence-level ratio s = exp(mean_t log(pi_theta / pi_old)), clipped to
     [1 - eps_low, 1 + eps_high] (Zheng et al. 2025, GSPO, Eq. 5-7); every token of a row
@@ -100,9 +126,6 @@ def gspo(x: LossInputs, c: LossConfig):
     high = (a > 0) & (s > 1.0 + c.gspo_eps_high)
     per_token = lambda v: jnp.broadcast_to(v[:, None], x.mask.shape)  # noqa: E731
     return per_token(loss), per_token(low), per_token(high)
-
-
-POLICY_LOSSES: dict[str, Callable] = {"ppo_clip": ppo_clip, "gspo": gspo}
 
 
 def kl_k1(logp, ref_logp):

@@ -10,17 +10,17 @@ logged), so shapes stay static.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from explore_rl import config as config_lib
 from explore_rl.data.tasks import Problem
-from explore_rl.exploration.base import RolloutPlan
 from explore_rl.models.tokenizer import Tokenizer
 from explore_rl.rewards.math import Verifier, format_reward
 from explore_rl.rl.advantages import zero_advantage_groups
+from explore_rl.rl.plan import RolloutPlan
 from explore_rl.sampling import sampler
 
 
@@ -39,6 +39,18 @@ class Rollouts:
     @property
     def group_size(self) -> int:
         return self.rewards.shape[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutSettings:
+    """What generation takes from a run's config, built once (`config.rollout_settings`)."""
+
+    instruction: str  # appended to each question
+    max_prompt_len: int  # longer prompts are an error
+    sampling: sampler.SamplingConfig
+    extractors: tuple[str, ...]  # answer extraction, in order (majority vote at eval)
+    reward: Callable[[str, Problem], float]  # picklable: runs in the verifier's workers
+    format_weight: float = 0.0  # reward += weight x (answer in \\boxed{})
 
 
 def encode(tok: Tokenizer, problems: list[Problem], instruction: str, max_len: int):
@@ -79,17 +91,11 @@ def generate(
     plan: RolloutPlan,
     rng,
     verifier: Verifier,
-    config,
-    sampling: sampler.SamplingConfig | None = None,
-    format_weight: float = 0.0,
+    settings: RolloutSettings,
 ) -> Rollouts:
-    """Sample G = B / Q responses to each of the plan's Q problems and score them, with the
-    run config's instruction, prompt limit and answer extractors; `sampling` defaults to
-    the config's rollout settings."""
+    """Sample G = B / Q responses to each of the plan's Q problems and score them."""
     problems = plan.problems
-    prompts, mask = encode(tok, problems, config.task.instruction, config.rollout.max_prompt_len)
-    sampling = sampling or config_lib.sampling_config(config, tok.stop_ids)
-    extractors = config_lib.extractors(config)
+    prompts, mask = encode(tok, problems, settings.instruction, settings.max_prompt_len)
     prompt_of, rows = prefill_layout(len(problems), plan.temperature.shape[0], plan.route)
     out = sampler.sample(
         params,
@@ -98,19 +104,19 @@ def generate(
         jnp.asarray(mask[prompt_of]),
         rng,
         plan.temperature,
-        sampling,
+        settings.sampling,
         plan.interventions,
         None if rows is None else jnp.asarray(rows),
     )
     tokens, keep = np.asarray(out.tokens), np.asarray(out.mask)
     texts = [tok.decode(t[k]) for t, k in zip(tokens, keep)]
     g = len(texts) // len(problems)
-    answers = [problems[i // g].answer for i in range(len(texts))]
-    correct, timeouts = verifier.score([(t, a, extractors) for t, a in zip(texts, answers)])
-    correct = np.asarray(correct, np.float32).reshape(len(problems), g)
-    rewards = correct + format_weight * np.asarray(
+    items = [(t, problems[i // g]) for i, t in enumerate(texts)]
+    scores, timeouts = verifier.score(items, settings.reward)
+    scores = np.asarray(scores, np.float32).reshape(len(problems), g)
+    rewards = scores + settings.format_weight * np.asarray(
         [format_reward(t) for t in texts], np.float32
-    ).reshape(correct.shape)
+    ).reshape(scores.shape)
     return Rollouts(
         problems,
         prompts,
@@ -118,7 +124,7 @@ def generate(
         out,
         texts,
         rewards,
-        correct > 0,
+        scores > 0,
         plan.replace(problems=None),
         timeouts,
     )

@@ -31,6 +31,7 @@ from explore_rl.logs import RunLogger
 from explore_rl.rewards.math import Verifier
 from explore_rl.rl import advantages as advantages_lib
 from explore_rl.rl import rollout as rollout_lib
+from explore_rl.rl.plan import RolloutPlan, base_plan
 from explore_rl.rl.train_step import (
     Batch,
     group_slice,
@@ -65,6 +66,7 @@ class Run:
     verifier: Verifier
     key: jax.Array  # step s samples with fold_in(key, s)
     eval_key: jax.Array  # evaluation after step s: fold_in(eval_key, s)
+    settings: rollout_lib.RolloutSettings  # how training rollouts are drawn and rewarded
     explorers: list = dataclasses.field(default_factory=list)
     ref_params: dict | None = None  # frozen reference policy, when rl.kl_coef > 0
     workdir: str | None = None
@@ -89,6 +91,7 @@ class Run:
             ref_params=ref_params,
             workdir=workdir,
             mesh=mesh,
+            settings=config_lib.rollout_settings(c, tok),
         )
 
     def context(self, params, step: int) -> exploration.StepContext:
@@ -101,6 +104,7 @@ class Run:
             self.train_set,
             self.verifier,
             self.workdir,
+            self.settings,
         )
 
 
@@ -122,7 +126,7 @@ def collect(run: Run, progress: Progress, step: int):
     kept, spare, batches, timeouts = [], [], 0, 0
     while len(kept) < q and batches < (r.max_generation_batches if r.dynamic_sampling else 1):
         plan_key, sample_key = jax.random.split(jax.random.fold_in(step_key, batches))
-        plan = exploration.base_plan(
+        plan = base_plan(
             q * g, r.max_new_tokens, r.temperature, stream(run.train_set, c.seed, position, q)
         )
         plan = exploration.plan(run.explorers, progress.explorers, plan, ctx, plan_key)
@@ -134,8 +138,7 @@ def collect(run: Run, progress: Progress, step: int):
             plan,
             sample_key,
             run.verifier,
-            c,
-            format_weight=c.reward.format_weight,
+            run.settings,
         )
         batches, timeouts = batches + 1, timeouts + ro.timeouts
         good = rollout_lib.informative(ro) if r.dynamic_sampling else np.ones(q, bool)
@@ -168,7 +171,7 @@ def rollout_metrics(ro) -> dict:
     }
 
 
-def behaviour_is_pi_old(c, plan: exploration.RolloutPlan) -> bool:
+def behaviour_is_pi_old(c, plan: RolloutPlan) -> bool:
     """Whether the sampler's mu already is pi_old, so its forward pass can be skipped: one
     update per batch (pi_old = the sampling params), a clean plan (temperature 1, no
     interventions), no truncation. Equal up to float rounding of two computation orders
@@ -187,14 +190,11 @@ def make_batch(run: Run, progress: Progress, ro, step: int):
     new states and metrics."""
     c, cfg, params = run.config, run.cfg, progress.state.params
     q, g = ro.rewards.shape
-    adv = advantages_lib.ADVANTAGES[c.rl.advantage](jnp.asarray(ro.rewards)).reshape(q * g)
+    ctx = run.context(params, step)
+    rewards = exploration.rewards(run.explorers, progress.explorers, ro, ro.rewards, ctx)
+    adv = advantages_lib.ADVANTAGES[c.rl.advantage](jnp.asarray(rewards)).reshape(q * g)
     adv, weights, states, metrics = exploration.shape(
-        run.explorers,
-        progress.explorers,
-        ro,
-        np.asarray(adv),
-        np.ones(q * g, np.float32),
-        run.context(params, step),
+        run.explorers, progress.explorers, ro, np.asarray(adv), np.ones(q * g, np.float32), ctx
     )
     prompts, pmask = jnp.asarray(ro.prompts), jnp.asarray(ro.prompt_mask)
     if behaviour_is_pi_old(c, ro.plan):
@@ -260,7 +260,7 @@ def _train(c, workdir: str, verifier: Verifier):
     run, progress, ckpt = start(c, workdir, verifier)
     start_step = ckpt.latest_step() or 0
     with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(c.to_json(indent=2))
+        f.write(config_lib.resolved(c).to_json(indent=2))
     logger = RunLogger(workdir, start_step)
     bar = tqdm(
         range(start_step, c.train.steps),
