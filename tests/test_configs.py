@@ -38,18 +38,19 @@ def test_the_table_covers_every_config_file():
     assert names == set(SPECS)
 
 
+def _python_in(folder, *args):
+    """`python ARGS` run in `folder` with the installed package alone (no PYTHONPATH), as
+    a notebook or a launcher elsewhere would have it."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("PYTHONPATH", None)
+    return subprocess.run(
+        [sys.executable, *args], cwd=folder, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
 def test_every_config_and_argument_loads_from_another_directory(tmp_path):
     specs = [f"configs/{s}" for group in SPECS.values() for s in group]
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("PYTHONPATH", None)  # the installed package alone, as a notebook would have it
-    out = subprocess.run(
-        [sys.executable, "-c", LOAD_ALL, json.dumps(specs)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    out = _python_in(tmp_path, "-c", LOAD_ALL, json.dumps(specs))
     assert out.returncode == 0, out.stderr[-3000:]
     rows = {r["spec"]: r["config"] for r in map(json.loads, out.stdout.splitlines())}
     assert list(rows) == specs
@@ -65,26 +66,17 @@ def test_every_config_and_argument_loads_from_another_directory(tmp_path):
 
 @pytest.mark.slow
 def test_the_command_line_finds_configs_from_another_directory(tmp_path):
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("PYTHONPATH", None)
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "explore_rl.main",
-            "--mode=sample",
-            "--config",
-            "configs/ead.py:smoke",
-            "--workdir",
-            str(tmp_path / "run"),
-            "--config.sample.num_prompts=1",
-            "--config.sample.max_new_tokens=4",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    out = _python_in(
+        tmp_path,
+        "-m",
+        "explore_rl.main",
+        "--mode=sample",
+        "--config",
+        "configs/ead.py:smoke",
+        "--workdir",
+        str(tmp_path / "run"),
+        "--config.sample.num_prompts=1",
+        "--config.sample.max_new_tokens=4",
     )
     assert out.returncode == 0, out.stderr[-3000:]
     written = json.load(open(tmp_path / "run" / "config.json"))
