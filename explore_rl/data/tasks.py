@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import itertools
 import json
 import logging
@@ -36,8 +37,20 @@ _SPLITS = ("train", "test")
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
+    """A question with its reference answer. `prefix`: token ids placed in the assistant
+    turn after the generation prompt (ExTra's guided prompts): the policy continues after
+    them, the reward sees prefix + response, and the update treats them as prompt."""
+
     question: str
     answer: str
+    prefix: tuple[int, ...] = ()
+
+    @property
+    def id(self) -> str:
+        """Stable across runs and processes (a hash of question and answer; the prefix is
+        not part of it), so an explorer can keep per-problem memory."""
+        digest = hashlib.sha1(f"{self.question}\x00{self.answer}".encode())
+        return digest.hexdigest()[:16]
 
 
 def _operand(rng: np.random.Generator, min_digits: int, max_digits: int) -> int:

@@ -54,8 +54,11 @@ class RolloutSettings:
 
 
 def encode(tok: Tokenizer, problems: list[Problem], instruction: str, max_len: int):
+    """Left-padded prompt rows: the chat template up to the assistant turn, then any
+    response prefix of the problem."""
     rows = [
-        tok.encode_chat([{"role": "user", "content": p.question + instruction}]) for p in problems
+        tok.encode_chat([{"role": "user", "content": p.question + instruction}]) + list(p.prefix)
+        for p in problems
     ]
     longest = max(map(len, rows))
     if longest > max_len:
@@ -109,8 +112,13 @@ def generate(
         None if rows is None else jnp.asarray(rows),
     )
     tokens, keep = np.asarray(out.tokens), np.asarray(out.mask)
-    texts = [tok.decode(t[k]) for t, k in zip(tokens, keep)]
-    g = len(texts) // len(problems)
+    g = tokens.shape[0] // len(problems)
+    # what the reward sees: the response after its prefix (decoded together, so a token
+    # split across the boundary reads as it would in one text)
+    texts = [
+        tok.decode([*problems[i // g].prefix, *t[k].tolist()])
+        for i, (t, k) in enumerate(zip(tokens, keep))
+    ]
     items = [(t, problems[i // g]) for i, t in enumerate(texts)]
     scores, timeouts = verifier.score(items, settings.reward)
     scores = np.asarray(scores, np.float32).reshape(len(problems), g)

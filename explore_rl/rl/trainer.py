@@ -274,7 +274,7 @@ def _train(c, workdir: str, verifier: Verifier):
         if c.train.eval_every and (step + 1) % c.train.eval_every == 0:
             metrics.update(run_evaluation(run, progress, step + 1))
         if (step + 1) % c.train.log_every == 0 or step + 1 == c.train.steps:
-            logger.log(step + 1, metrics, _samples(ro, c.train.samples_to_log))
+            logger.log(step + 1, metrics, _samples(ro, run.tok, c.train.samples_to_log))
         if (step + 1) % c.train.checkpoint_every == 0 or step + 1 == c.train.steps:
             ckpt.save(step + 1, progress)
         bar.set_postfix(
@@ -329,17 +329,16 @@ def train_one_step(run: Run, progress: Progress, step: int):
     return Progress(state, jnp.asarray(position, jnp.int32), states), metrics, ro
 
 
-def _samples(ro, n: int) -> list[dict]:
-    g = ro.group_size
-    return [
-        {
-            "question": ro.problems[i // g].question,
-            "answer": ro.problems[i // g].answer,
-            "response": ro.texts[i],
-            "reward": float(ro.rewards.reshape(-1)[i]),
-        }
-        for i in range(0, len(ro.texts), max(len(ro.texts) // max(n, 1), 1))
-    ][:n]
+def _samples(ro, tok, n: int) -> list[dict]:
+    """Every (B / n)-th rollout; `response` is the text the reward saw (prefix included)."""
+    g, out = ro.group_size, []
+    for i in range(0, len(ro.texts), max(len(ro.texts) // max(n, 1), 1))[:n]:
+        p = ro.problems[i // g]
+        row = {"question": p.question, "answer": p.answer, "response": ro.texts[i]}
+        if p.prefix:
+            row["prefix"] = tok.decode(list(p.prefix))
+        out.append({**row, "reward": float(ro.rewards.reshape(-1)[i])})
+    return out
 
 
 def run_eval(c, workdir: str | None) -> dict:

@@ -1,0 +1,94 @@
+"""Response prefixes (ExTra's guided prompts): the policy continues after the prefix, the
+reward sees prefix + response, the update scores the response tokens only; problems have
+stable ids."""
+
+import dataclasses
+import hashlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import grpo
+from explore_rl import config as config_lib
+from explore_rl.data.tasks import Problem
+from explore_rl.models import transformer
+from explore_rl.rewards.math import Verifier
+from explore_rl.rl import rollout
+from explore_rl.rl.plan import base_plan
+from explore_rl.rl.train_step import score
+from explore_rl.sampling.sampler import SamplingConfig
+
+pytestmark = pytest.mark.usefixtures("highest_precision")
+
+PREFIX_TEXT = "Let me add: 3 + 4 ="
+
+
+def saw_the_prefix(response, problem):
+    """1 when the text the reward gets starts with the guided prefix."""
+    return float(response.startswith(PREFIX_TEXT))
+
+
+@pytest.fixture(scope="module")
+def guided():
+    c = grpo.get_config("smoke")
+    params, cfg, tok = config_lib.load_policy(c)
+    prefix = tuple(tok.encode(PREFIX_TEXT))
+    problems = [Problem("What is 3 + 4?", "7", prefix), Problem("What is 1 + 1?", "2")]
+    g, t = 3, 6
+    settings = dataclasses.replace(
+        config_lib.rollout_settings(c, tok),
+        reward=saw_the_prefix,
+        sampling=SamplingConfig(t),  # no stop ids: every row has t response tokens
+    )
+    plan = base_plan(len(problems) * g, t, 1.0, problems)
+    with Verifier(1, 5.0) as verifier:
+        ro = rollout.generate(params, cfg, tok, plan, jax.random.key(3), verifier, settings)
+    return params, cfg, tok, ro, prefix, g, settings.instruction
+
+
+def test_problem_ids_are_stable_and_ignore_the_prefix():
+    p = Problem("What is 3 + 4?", "7")
+    assert p.id == Problem("What is 3 + 4?", "7").id == Problem("What is 3 + 4?", "7", (5,)).id
+    assert p.id != Problem("What is 3 + 4?", "8").id
+    # a digest of the text (not Python's per-process hash): the same in every process
+    assert p.id == hashlib.sha1(b"What is 3 + 4?\x007").hexdigest()[:16]
+
+
+def test_the_prompt_row_ends_with_the_prefix_and_rewards_see_it(guided):
+    params, cfg, tok, ro, prefix, g, instruction = guided
+    chat = tok.encode_chat([{"role": "user", "content": "What is 3 + 4?" + instruction}])
+    row = ro.prompts[0][ro.prompt_mask[0]].tolist()
+    assert row == chat + list(prefix)  # the assistant turn starts with the prefix
+    other = ro.prompts[1][ro.prompt_mask[1]].tolist()
+    assert other == tok.encode_chat([{"role": "user", "content": "What is 1 + 1?" + instruction}])
+    assert all(t.startswith(PREFIX_TEXT) for t in ro.texts[:g])
+    assert not any(t.startswith(PREFIX_TEXT) for t in ro.texts[g:])
+    np.testing.assert_array_equal(ro.rewards, [[1.0] * g, [0.0] * g])
+    assert (np.asarray(ro.out.mask).sum(axis=1) == 6).all()  # response tokens only
+
+
+def test_mu_and_the_update_score_only_the_response_after_the_prefix(guided):
+    params, cfg, tok, ro, prefix, g, _ = guided
+    logp, _ = score(
+        params,
+        cfg,
+        jnp.asarray(ro.prompts),
+        jnp.asarray(ro.prompt_mask),
+        ro.out.tokens,
+        ro.out.mask,
+    )
+    for b in (0, g - 1, g):  # guided rows and a plain one
+        p = ro.prompts[b // g][ro.prompt_mask[b // g]]
+        response = np.asarray(ro.out.tokens[b])
+        seq = jnp.asarray(np.concatenate([p, response]))[None]
+        logits = transformer.forward(
+            params, cfg, seq, jnp.arange(seq.shape[1])[None], jnp.ones_like(seq, bool)
+        ).logits[0]
+        full = jax.nn.log_softmax(logits)[len(p) - 1 : -1]
+        ref = np.asarray(full[jnp.arange(len(response)), response])
+        # one log-prob per response token, none for the prefix (it is prompt: no loss)
+        assert logp.shape[1] == len(response)
+        np.testing.assert_allclose(np.asarray(logp[b]), ref, atol=1e-4)
+        np.testing.assert_allclose(np.asarray(ro.out.logprobs[b]), ref, atol=1e-4)  # mu
