@@ -40,7 +40,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.model.dtype = "float32"  # activations and matmuls: float32 | bfloat16 (logits f32)
 
     c.task = ConfigDict()
-    c.task.name = "arithmetic"  # arithmetic (generated in code) | jsonl (files)
+    c.task.name = "arithmetic"  # a registered task: arithmetic (in code) | jsonl (files)
     c.task.num_operands = 2  # arithmetic: numbers per question
     c.task.min_digits = 1  # arithmetic: fewest digits of an operand
     c.task.max_digits = 1  # arithmetic: most digits of an operand

@@ -80,10 +80,7 @@ def validate(c: ConfigDict) -> None:
         f"optim.micro_batches={c.optim.micro_batches} must divide the {per_minibatch} "
         "prompts of a minibatch",
     )
-    _check(
-        c.task.name in ("arithmetic", "jsonl"),
-        f"task.name={c.task.name!r}: allowed arithmetic, jsonl",
-    )
+    tasks.get(c.task.name)  # a registered task
     if c.task.name == "jsonl":
         _check(bool(c.task.train_path), "task.name='jsonl' needs task.train_path")
         _check(
@@ -185,25 +182,5 @@ def load_policy(c: ConfigDict, place=None):
 
 
 def load_problems(c: ConfigDict) -> tuple[list[tasks.Problem], dict[str, list[tasks.Problem]]]:
-    """The training problems and the held-out benchmarks {name: problems}."""
-    t = c.task
-    if t.name == "arithmetic":
-        kw = dict(
-            num_operands=t.num_operands,
-            min_digits=t.min_digits,
-            max_digits=t.max_digits,
-            ops=t.ops,
-            style=t.style,
-        )
-        return (
-            tasks.make_arithmetic(t.train_size, c.seed, "train", **kw),
-            {"arithmetic": tasks.make_arithmetic(t.test_size, c.seed, "test", **kw)},
-        )
-    spec = tasks.JSONL_PRESETS.get(t.preset) or tasks.JsonlSpec(
-        t.question_field, t.answer_field, t.answer_from
-    )
-    test = {}
-    for path in filter(None, (p.strip() for p in t.test_paths.split(","))):
-        name = path.rstrip("/").split("/")[-2] if "/" in path else path
-        test[name] = tasks.read_jsonl(path, tasks.JSONL_PRESETS.get(name, spec))
-    return tasks.read_jsonl(t.train_path, spec), test
+    """The training problems and the held-out benchmarks {name: problems} of `task.name`."""
+    return tasks.get(c.task.name)(c.task, c.seed)

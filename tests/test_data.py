@@ -77,3 +77,25 @@ def test_jsonl_errors_name_the_line(tmp_path):
         ValueError, match=r"d.jsonl:1: no field 'q' \(fields: \['a', 'question'\]\)"
     ):
         tasks.read_jsonl(str(path), spec)
+
+
+@tasks.register("test_two_sums")
+def two_sums(section, seed):
+    """A task defined outside the package: two fixed problems, one held out."""
+    return [tasks.Problem("What is 1 + 1?", "2")], {"two": [tasks.Problem("What is 2 + 2?", "4")]}
+
+
+def test_tasks_are_registered_by_name():
+    from configs import grpo
+    from explore_rl import config as config_lib
+
+    c = grpo.get_config("smoke")
+    train, tests = config_lib.load_problems(c)
+    assert len(train) == c.task.train_size and list(tests) == ["arithmetic"]
+    c.task.name = "test_two_sums"
+    config_lib.validate(c)
+    train, tests = config_lib.load_problems(c)
+    assert train == [tasks.Problem("What is 1 + 1?", "2")] and list(tests) == ["two"]
+    c.task.name = "chess"
+    with pytest.raises(ValueError, match=r"task.name='chess': known \[.*'arithmetic'.*\]"):
+        config_lib.validate(c)

@@ -9,6 +9,7 @@ import pytest
 from configs import grpo
 from explore_rl import config as config_lib
 from explore_rl.exploration import base
+from explore_rl.hoststate import HostState
 from explore_rl.logs import read_metrics
 from explore_rl.models.transformer import Interventions
 from explore_rl.rl import trainer
@@ -23,7 +24,8 @@ class Noop(base.Explorer):
 @base.register("test_toy")
 class Toy(base.Explorer):
     """Cools the second half of every group to `tau`, halves those rows' loss weight,
-    and counts the steps and rows it has shaped (its checkpointed state)."""
+    and counts the steps and rows it has shaped (its checkpointed state), and how often it
+    saw each problem (host-side state keyed by the problems' stable ids)."""
 
     @staticmethod
     def defaults():
@@ -32,7 +34,11 @@ class Toy(base.Explorer):
         return ConfigDict({"tau": 0.5, "weight": 0.5})
 
     def init(self, ctx):
-        return {"steps": jnp.zeros((), jnp.int32), "rows": jnp.zeros((), jnp.int32)}
+        return {
+            "steps": jnp.zeros((), jnp.int32),
+            "rows": jnp.zeros((), jnp.int32),
+            "seen": HostState({}),
+        }
 
     def plan(self, state, plan, ctx, rng):
         g = ctx.config.rollout.group_size
@@ -43,7 +49,14 @@ class Toy(base.Explorer):
     def shape(self, state, rollouts, advantages, weights, ctx):
         cool = np.asarray(rollouts.plan.info[self.name]["cool"])
         weights = np.where(cool, self.config.weight * weights, weights)
-        state = {"steps": state["steps"] + 1, "rows": state["rows"] + int(cool.sum())}
+        seen = dict(state["seen"].data)
+        for p in rollouts.problems:
+            seen[p.id] = seen.get(p.id, 0) + 1
+        state = {
+            "steps": state["steps"] + 1,
+            "rows": state["rows"] + int(cool.sum()),
+            "seen": HostState(seen),
+        }
         return base.Shaped(advantages, weights, state, {"cool_frac": float(cool.mean())})
 
 
@@ -105,6 +118,9 @@ def test_toy_explorer_plans_shapes_and_resumes(tmp_path):
     resumed = trainer.train(c, str(tmp_path / "b"))
     for x, y in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    seen = straight.explorers["test_toy"]["seen"].data
+    assert sum(seen.values()) == 3 * 2  # 3 steps x 2 problems
+    assert resumed.explorers["test_toy"]["seen"].data == seen  # restored from step 2's JSON
 
 
 def test_plans_compose_in_order():

@@ -20,16 +20,48 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import importlib
 import itertools
 import json
 import logging
 import math
 import operator
 import zlib
+from collections.abc import Callable
 
 import numpy as np
 
 from explore_rl.rewards.math import after_hash, last_boxed
+
+TASKS: dict[str, Callable] = {}
+
+
+def register(name: str):
+    """Register a task as `task.name = name`: `f(section, seed) -> (train problems,
+    {benchmark: problems})`, `section` the config's `task` section."""
+
+    def add(fn):
+        if name in TASKS and TASKS[name] is not fn:
+            raise ValueError(f"task {name!r} is registered twice")
+        TASKS[name] = fn
+        return fn
+
+    return add
+
+
+def get(name: str) -> Callable:
+    """The task `name`; one not yet registered is looked for in `explore_rl.data.<name>`
+    (a new task is one module)."""
+    if name not in TASKS:
+        try:
+            importlib.import_module(f"explore_rl.data.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"explore_rl.data.{name}":
+                raise
+    if name not in TASKS:
+        raise ValueError(f"config: task.name={name!r}: known {sorted(TASKS)}")
+    return TASKS[name]
+
 
 _OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 _SPLITS = ("train", "test")
@@ -249,3 +281,31 @@ def read_jsonl(path: str, spec: JsonlSpec, strict: bool = False) -> list[Problem
     if not problems:
         raise ValueError(f"{path}: no usable rows")
     return problems
+
+
+@register("arithmetic")
+def arithmetic_task(t, seed: int):
+    """Arithmetic questions generated in code (`make_arithmetic`), test split held out."""
+    kw = dict(
+        num_operands=t.num_operands,
+        min_digits=t.min_digits,
+        max_digits=t.max_digits,
+        ops=t.ops,
+        style=t.style,
+    )
+    return (
+        make_arithmetic(t.train_size, seed, "train", **kw),
+        {"arithmetic": make_arithmetic(t.test_size, seed, "test", **kw)},
+    )
+
+
+@register("jsonl")
+def jsonl_task(t, seed: int):
+    """Problems from JSONL files: `train_path`, and `test_paths` (comma-separated); the
+    settings are checked by `config.validate`."""
+    spec = JSONL_PRESETS.get(t.preset) or JsonlSpec(t.question_field, t.answer_field, t.answer_from)
+    test = {}
+    for path in filter(None, (p.strip() for p in t.test_paths.split(","))):
+        name = path.rstrip("/").split("/")[-2] if "/" in path else path
+        test[name] = read_jsonl(path, JSONL_PRESETS.get(name, spec))
+    return read_jsonl(t.train_path, spec), test

@@ -16,7 +16,9 @@ An explorer acts at two points of a step (DESIGN.md, "Contracts"):
 Explorers run in the order of `config.exploration.methods`, each seeing the plan and the
 advantages the previous one left. Two that would both set the same `Interventions` field,
 or both replace prompts, are a config error. Explorer state (e.g. EDEN's anchor bank) is a
-pytree of arrays, checkpointed and resumed with the train state.
+pytree of arrays, checkpointed and resumed with the train state; data that is not a
+fixed-shape array (per-problem memories keyed by `Problem.id`, queues of guided prompts)
+goes in a `hoststate.HostState` inside it, saved as JSON with the same checkpoint.
 
 A new method is one module that subclasses `Explorer` and decorates it with
 `@register("name")`; `get("name")` imports `explore_rl.exploration.<name>` on first use, so
