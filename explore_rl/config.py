@@ -135,9 +135,11 @@ def optim_config(c: ConfigDict) -> OptimConfig:
     )
 
 
-def sampling_config(c: ConfigDict, stop_ids) -> SamplingConfig:
-    r = c.rollout
-    return SamplingConfig(r.max_new_tokens, r.top_p, r.top_k, tuple(stop_ids))
+def sampling_config(c: ConfigDict, stop_ids, section: str = "rollout") -> SamplingConfig:
+    """The static sampling settings of a config section with max_new_tokens, top_p and
+    (optionally) top_k: `rollout` (training), `eval` or `sample` (--mode sample)."""
+    s = c[section]
+    return SamplingConfig(s.max_new_tokens, s.top_p, s.get("top_k", 0), tuple(stop_ids))
 
 
 def rollout_settings(c: ConfigDict, tok) -> RolloutSettings:
@@ -155,10 +157,9 @@ def rollout_settings(c: ConfigDict, tok) -> RolloutSettings:
 def eval_settings(c: ConfigDict, tok) -> RolloutSettings:
     """How held-out questions are answered: the eval section's length, top-p, no top-k;
     correctness only."""
-    e = c.eval
     return dataclasses.replace(
         rollout_settings(c, tok),
-        sampling=SamplingConfig(e.max_new_tokens, e.top_p, 0, tuple(tok.stop_ids)),
+        sampling=sampling_config(c, tok.stop_ids, "eval"),
         format_weight=0.0,
     )
 

@@ -71,7 +71,7 @@ def run_sample(config, workdir: str | None) -> list[dict]:
     rows = [tok.encode_chat([{"role": "user", "content": p}]) for p, _ in prompts]
     tokens, mask = sampler.left_pad(rows, tok.pad_id)
     g, n = s.samples_per_prompt, len(rows)
-    sc = sampler.SamplingConfig(s.max_new_tokens, s.top_p, s.top_k, tok.stop_ids)
+    sc = config_lib.sampling_config(config, tok.stop_ids, "sample")
     start = time.perf_counter()
     out = sampler.sample(
         params,
