@@ -11,16 +11,17 @@ jitted matmul in the same dtype (the machine's compute limit). FLOPs are counted
 2 x matmul params x tokens (the LM head included, an untied input embedding not) plus
 causal attention (4 x layers x heads x head_dim x T^2 / 2 per row).
 
-`sample`: the peer workload of ../shared/peers (8 chat prompts "What is A + B? Answer with
-just the number." x 8 rollouts, 32 new tokens forced, temperature 1): generated tokens/s,
-prefill and decode seconds, FLOP/s as a fraction of the matmul peak, and the same work
-through transformers' `generate` on PyTorch CPU (needs the dev extras) in the same run.
+`sample`: the peer workload (the one TRL's and Tunix's GRPO were timed on for
+BENCHMARKS.md: 8 chat prompts "What is A + B? Answer with just the number." x 8 rollouts,
+32 new tokens forced, temperature 1): generated tokens/s, prefill and decode seconds,
+FLOP/s as a fraction of the matmul peak, and the same work through transformers'
+`generate` on PyTorch CPU (needs the dev extras) in the same run.
 
 `step`: one GRPO step on the same workload (rollout, rewards, advantages, pi_old, one
 AdamW update at lr 1e-6, float32), split into rollout / pi_old / update seconds, with
 tokens/s, the update's FLOP/s as a fraction of the matmul peak, and the process's peak
-RSS. Compare with the peers' numbers in ../shared/peers/README.md (TRL 61-70 s per step and
-14.6 GiB; Tunix 72.5 s and 18.5 GiB), measured on a slower CPU: compare ratios.
+RSS. BENCHMARKS.md ("One GRPO step on the peer workload") has TRL's GRPOTrainer timed on
+the same workload and machine: compare ratios, not seconds, across machines.
 
 `startup`: seconds from command to first rollout (`--mode sample`, 2 prompts x 2 samples x
 8 tokens of the embedded model) in fresh processes sharing a new, empty cache folder: the
@@ -113,7 +114,8 @@ PEER_PROMPTS, PEER_GROUP, PEER_NEW = 8, 8, 32
 
 
 def peer_questions(seed: int = 12345) -> list[str]:
-    """The peers' prompts (../shared/peers/task.py make_problems)."""
+    """The peer workload's prompts: two-digit sums from a seeded `random.Random`, the
+    same questions the peers were timed on."""
     rng = random.Random(seed)
     out = []
     for _ in range(PEER_PROMPTS):

@@ -36,7 +36,7 @@ def test_word_problems():
         tasks.make_arithmetic(1, num_operands=3, style="word")
 
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+DATA = os.path.join(os.path.dirname(__file__), "..", "data")  # the project's benchmarks
 COUNTS = {
     "gsm8k": 1319,
     "math500": 500,
@@ -48,8 +48,7 @@ COUNTS = {
 }
 
 
-@pytest.mark.skipif(not os.path.isdir(DATA), reason="../shared/data is not beside the repo")
-def test_jsonl_presets_read_the_shared_benchmarks(caplog):
+def test_jsonl_presets_read_the_project_benchmarks(caplog):
     for name, n in COUNTS.items():
         problems = tasks.read_jsonl(
             os.path.join(DATA, name, "test.jsonl"), tasks.JSONL_PRESETS[name]

@@ -9,10 +9,10 @@ once the split's distinct questions are used up (e.g. 1-digit + 1-digit has 100 
     make_arithmetic(8, seed=0, num_operands=2, min_digits=1, max_digits=2, ops="+-")
 
 JSONL datasets name their question and answer fields differently, and some keep the answer
-inside a solution; a `JsonlSpec` says where to look, and `JSONL_PRESETS` covers the files
-in ../shared/data:
+inside a solution; a `JsonlSpec` says where to look, and `JSONL_PRESETS` covers the
+benchmark files in the project's `data/` folder:
 
-    read_jsonl("../shared/data/gsm8k/test.jsonl", JSONL_PRESETS["gsm8k"])
+    read_jsonl("data/gsm8k/test.jsonl", JSONL_PRESETS["gsm8k"])
 """
 
 from __future__ import annotations
