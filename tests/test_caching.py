@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import gguf
-import jax
 import numpy as np
 import pytest
 
@@ -134,5 +133,16 @@ def test_compilation_cache_is_shared_by_processes(tmp_path):
     assert {e: os.path.getmtime(tmp_path / "xla" / e) for e in entries} == mtimes
 
 
-def test_compilation_cache_is_on_in_this_process():
-    assert jax.config.jax_compilation_cache_dir
+def test_file_digest_is_remembered_and_follows_changes(tmp_path, monkeypatch):
+    import hashlib
+
+    monkeypatch.setenv("EXPLORE_RL_CACHE_DIR", str(tmp_path / "cache"))
+    f = tmp_path / "model.gguf"
+    f.write_bytes(b"one")
+    assert weights._file_digest(str(f)) == hashlib.sha256(b"one").hexdigest()
+    (memo,) = os.listdir(tmp_path / "cache" / "gguf" / "digests")
+    # a second call reads the memo, not the file (it no longer matches the memo's text)
+    (tmp_path / "cache" / "gguf" / "digests" / memo).write_text("remembered")
+    assert weights._file_digest(str(f)) == "remembered"
+    f.write_bytes(b"two, longer")  # new size and mtime: hashed again
+    assert weights._file_digest(str(f)) == hashlib.sha256(b"two, longer").hexdigest()

@@ -3,6 +3,7 @@
 import os
 import re
 
+import numpy as np
 import pytest
 
 from explore_rl.data import tasks
@@ -98,3 +99,31 @@ def test_tasks_are_registered_by_name():
     c.task.name = "chess"
     with pytest.raises(ValueError, match=r"task.name='chess': known \[.*'arithmetic'.*\]"):
         config_lib.validate(c)
+
+
+def _reference_arithmetic(n, seed, split):
+    """The plain scan `make_arithmetic` shortcuts, for 1-digit sums: every seeded draw in
+    order (digit count, then number, per operand; then the operator), repeats skipped
+    until draw 100 n."""
+    out, seen = [], set()
+    for i in range(10**7):
+        rng = np.random.default_rng([seed, i])
+        nums = []
+        for _ in range(2):
+            digits = int(rng.integers(1, 2))
+            nums.append(int(rng.integers(0, 10**digits)))
+        rng.integers(0, 1, 1)  # the operator, always "+"
+        expr = f"{nums[0]} + {nums[1]}"
+        if tasks.split_of(expr) != split or (expr in seen and i < 100 * n):
+            continue
+        seen.add(expr)
+        out.append(f"What is {expr}?")
+        if len(out) == n:
+            return out
+
+
+@pytest.mark.parametrize("split,n", [("train", 150), ("test", 40)])
+def test_the_exhausted_space_shortcut_equals_the_plain_scan(split, n):
+    # 1-digit sums have 80 train and 20 test questions: both n use their split up
+    fast = [p.question for p in tasks.make_arithmetic(n, seed=5, split=split)]
+    assert fast == _reference_arithmetic(n, 5, split)

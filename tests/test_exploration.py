@@ -138,7 +138,7 @@ def test_plans_compose_in_order():
 
 
 def test_config_errors_name_the_problem():
-    with pytest.raises(ValueError, match="'nope': known"):
+    with pytest.raises(ValueError, match="exploration.methods='nope': known"):
         config_lib.validate(_config(("nope",)))
     with pytest.raises(ValueError, match="'test_anchor_a' and 'test_anchor_b' both set extra"):
         config_lib.validate(_config(("test_anchor_a", "test_anchor_b")))

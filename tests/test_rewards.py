@@ -129,7 +129,7 @@ def test_reward_registry_and_config_errors():
         with pytest.raises(ValueError, match=message):
             config_lib.validate(c)
     c.reward.fn, c.reward.name = "", "chess"
-    with pytest.raises(ValueError, match=r"reward.name='chess': allowed \['math'\]"):
+    with pytest.raises(ValueError, match=r"reward.name='chess': known \['math'\]"):
         config_lib.validate(c)
 
 

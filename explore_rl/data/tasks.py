@@ -20,47 +20,22 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import importlib
 import itertools
 import json
 import logging
 import math
 import operator
 import zlib
-from collections.abc import Callable
 
 import numpy as np
 
+from explore_rl.registry import Registry
 from explore_rl.rewards.math import after_hash, last_boxed
 
-TASKS: dict[str, Callable] = {}
-
-
-def register(name: str):
-    """Register a task as `task.name = name`: `f(section, seed) -> (train problems,
-    {benchmark: problems})`, `section` the config's `task` section."""
-
-    def add(fn):
-        if name in TASKS and TASKS[name] is not fn:
-            raise ValueError(f"task {name!r} is registered twice")
-        TASKS[name] = fn
-        return fn
-
-    return add
-
-
-def get(name: str) -> Callable:
-    """The task `name`; one not yet registered is looked for in `explore_rl.data.<name>`
-    (a new task is one module)."""
-    if name not in TASKS:
-        try:
-            importlib.import_module(f"explore_rl.data.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"explore_rl.data.{name}":
-                raise
-    if name not in TASKS:
-        raise ValueError(f"config: task.name={name!r}: known {sorted(TASKS)}")
-    return TASKS[name]
+# `task.name` -> f(task section, seed) -> (train problems, {benchmark: problems}); a new
+# task may be its own module explore_rl/data/<name>.py.
+TASKS = Registry("task.name", package="explore_rl.data")
+register, get = TASKS.register, TASKS.get
 
 
 _OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
@@ -121,7 +96,7 @@ def make_arithmetic(
     # Questions repeat only once every distinct one of the split is taken; draws that
     # would repeat are skipped until i = 100 n, a point the loop jumps to when it knows
     # there is nothing new left (small spaces such as 1-digit sums have under 100).
-    distinct = _distinct_count(split, num_operands, min_digits, max_digits, ops, style)
+    distinct = _distinct_count(split, num_operands, min_digits, max_digits, ops, style, 20 * n)
     problems, seen, i = [], set(), 0
     while len(problems) < n:
         if len(seen) == distinct and i < 100 * n:
@@ -151,15 +126,16 @@ def _expression(nums: list[int], signs: list[str]) -> str:
 
 
 @functools.cache
-def _distinct_count(split, num_operands, min_digits, max_digits, ops, style) -> float:
-    """How many distinct expressions `make_arithmetic` can draw for `split` (inf when the
-    space is too large to enumerate; it is then never exhausted in practice)."""
+def _distinct_count(split, num_operands, min_digits, max_digits, ops, style, limit) -> float:
+    """How many distinct expressions `make_arithmetic` can draw for `split`; inf, without
+    enumerating, when the space has over `limit` expressions (20 n: a split then holds far
+    more than the n asked for, so it is never used up; inf only means no shortcut)."""
     numbers = [
         x
         for d in range(min_digits, max_digits + 1)
         for x in range(0 if d == 1 else 10 ** (d - 1), 10**d)
     ]
-    if len(numbers) ** num_operands * len(ops) ** (num_operands - 1) > 10**6:
+    if len(numbers) ** num_operands * len(ops) ** (num_operands - 1) > limit:
         return math.inf
     found = set()
     for nums in itertools.product(numbers, repeat=num_operands):

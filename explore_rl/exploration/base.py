@@ -1,13 +1,13 @@
 """How exploration methods plug into the trainer: the Explorer protocol and its registry.
 
-An explorer acts at two points of a step (DESIGN.md, "Contracts"):
+An explorer acts at three points of a step (DESIGN.md, "Contracts"):
 
 - `plan`: before sampling, it edits the `RolloutPlan` (`rl/plan.py`) of the batch: the
   per-row, per-position temperature table (a product of factors: the config's base
-  temperature x each explorer's), the `Interventions` (appended embeddings, steering) and
-  the rows' steering routes, the
-  problems themselves (replacement prompts with their own reference answers), and `info`,
-  its own per-row [B] or per-group [Q] arrays that it reads back in `shape`.
+  temperature x each explorer's), the `Interventions` (appended embeddings, steering), the
+  rows' steering routes, the problems themselves (replacement prompts with their own
+  reference answers, response prefixes), and `info`, its own per-row [B] or per-group [Q]
+  arrays that it reads back in `shape`.
 - `rewards`: after the verifier, it may change the rewards the advantage estimator sees
   (an intrinsic bonus before normalisation).
 - `shape`: after rewards and the base advantages, it returns new advantages, per-row loss
@@ -31,16 +31,16 @@ Dimension letters: Q problems, G rollouts per problem, B = Q x G rows, T respons
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from typing import Any
 
 import jax
 import numpy as np
 from ml_collections import ConfigDict
 
+from explore_rl.registry import Registry
 from explore_rl.rl.plan import RolloutPlan
 
-REGISTRY: dict[str, type[Explorer]] = {}
+REGISTRY = Registry("exploration.methods", package="explore_rl.exploration")
 
 
 @dataclasses.dataclass
@@ -114,25 +114,14 @@ class Explorer:
 
 def register(name: str):
     def wrap(cls):
-        if name in REGISTRY and REGISTRY[name] is not cls:
-            raise ValueError(f"explorer {name!r} is registered twice")
         cls.name = name
-        REGISTRY[name] = cls
-        return cls
+        return REGISTRY.register(name)(cls)
 
     return wrap
 
 
 def get(name: str) -> type[Explorer]:
-    if name not in REGISTRY:
-        try:
-            importlib.import_module(f"explore_rl.exploration.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"explore_rl.exploration.{name}":
-                raise
-    if name not in REGISTRY:
-        raise ValueError(f"config: exploration.methods has {name!r}: known {sorted(REGISTRY)}")
-    return REGISTRY[name]
+    return REGISTRY.get(name)
 
 
 def section(c: ConfigDict, name: str) -> ConfigDict:

@@ -306,10 +306,22 @@ _GGUF_CACHE_FORMAT = "v1"  # bump when the conversion changes
 
 
 def _file_digest(path: str) -> str:
+    """The file's sha256, computed once per (path, size, mtime) and remembered in the cache:
+    hashing a 4 GB GGUF at every load would cost seconds."""
+    st = os.stat(path)
+    key = hashlib.sha1(f"{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}".encode())
+    memo = caching.cache_dir("gguf", "digests", key.hexdigest())
+    if os.path.exists(memo):
+        with open(memo) as f:
+            return f.read().strip()
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 24):
             h.update(chunk)
+    os.makedirs(os.path.dirname(memo), exist_ok=True)
+    with open(memo + ".tmp", "w") as f:
+        f.write(h.hexdigest())
+    os.replace(memo + ".tmp", memo)
     return h.hexdigest()
 
 

@@ -20,20 +20,13 @@ import functools
 import importlib
 from collections.abc import Callable
 
+from explore_rl.registry import Registry
 from explore_rl.rewards import math as math_rewards
 
 Reward = Callable[[str, object], float]
-REWARDS: dict[str, Callable[[object], Reward]] = {}
-
-
-def register(name: str):
-    """Register a builder `section -> reward` as `reward.name = name`."""
-
-    def add(builder):
-        REWARDS[name] = builder
-        return builder
-
-    return add
+# `reward.name` -> a builder `reward section -> reward`
+REWARDS = Registry("reward.name")
+register = REWARDS.register
 
 
 def extractors(section) -> tuple[str, ...]:
@@ -65,6 +58,4 @@ def build(section) -> Reward:
     """The run's reward: `reward.fn` when set, else the registered `reward.name`."""
     if section.fn:
         return load_function(section.fn)
-    if section.name not in REWARDS:
-        raise ValueError(f"config: reward.name={section.name!r}: allowed {sorted(REWARDS)}")
-    return REWARDS[section.name](section)
+    return REWARDS.get(section.name)(section)

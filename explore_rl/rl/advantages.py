@@ -14,17 +14,12 @@ from collections.abc import Callable
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from explore_rl.registry import Registry
+
 Estimator = Callable[[Float[Array, "P G"]], Float[Array, "P G"]]
-ADVANTAGES: dict[str, Estimator] = {}
+ADVANTAGES = Registry("rl.advantage")
+register = ADVANTAGES.register
 EPS = 1e-6
-
-
-def register(name: str):
-    def add(fn: Estimator) -> Estimator:
-        ADVANTAGES[name] = fn
-        return fn
-
-    return add
 
 
 def _std(x: Array, axis=None) -> Array:

@@ -25,6 +25,8 @@ import jax.numpy as jnp
 from flax import struct
 from jaxtyping import Array, Bool, Float
 
+from explore_rl.registry import Registry
+
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
@@ -72,7 +74,7 @@ class LossInputs:
 # ----------------------------------------------------------------------------- per-token
 
 PolicyLoss = Callable[["LossInputs", "LossConfig"], tuple[Array, Array, Array]]
-POLICY_LOSSES: dict[str, PolicyLoss] = {}
+POLICY_LOSSES = Registry("rl.policy")
 
 
 def register(name: str):
@@ -87,13 +89,7 @@ def register(name: str):
     of a row the row's value (see `gspo`).
     """
 
-    def add(fn: PolicyLoss) -> PolicyLoss:
-        if name in POLICY_LOSSES and POLICY_LOSSES[name] is not fn:
-            raise ValueError(f"policy loss {name!r} is registered twice")
-        POLICY_LOSSES[name] = fn
-        return fn
-
-    return add
+    return POLICY_LOSSES.register(name)
 
 
 @register("ppo_clip")

@@ -245,6 +245,15 @@ def _steering(iv: Interventions | None, rows) -> Interventions | None:
     return Interventions(steer=steer, steer_layer=iv.steer_layer, readout_layer=iv.readout_layer)
 
 
+def _grouped_rows(n_prompts: int, batch: int) -> np.ndarray:
+    """The default layout: row b continues prompt row b // G, G = B / P."""
+    if batch % n_prompts:
+        raise ValueError(
+            f"{batch} rows are not a whole number of groups of the {n_prompts} prompts"
+        )
+    return np.arange(batch) // (batch // n_prompts)
+
+
 def _gather_prefix(cache: transformer.KVCache, rows: Int[Array, " B"]) -> transformer.KVCache:
     """The prompt cache of P prefills laid out one per decode row (row b sees prefill
     rows[b]): for layouts that are not G contiguous rows per prompt."""
@@ -261,15 +270,9 @@ def prefill(params, cfg, prompts, prompt_mask, iv, batch: int, n_new: int, rows=
     Returns the decode cache (the prompts as its shared prefix, n_new slots per row, any
     appended slots filled), the last hidden state per row, and the positions taken so far.
     """
-    p = prompts.shape[0]
-    if rows is None:
-        if batch % p:
-            raise ValueError(f"{batch} rows are not a whole number of groups of the {p} prompts")
-        rows = jnp.arange(batch) // (batch // p)
-        first, grouped = jnp.arange(p) * (batch // p), True
-    else:
-        first = jnp.argmax(rows[None, :] == jnp.arange(p)[:, None], axis=1)
-        grouped = False
+    p, grouped = prompts.shape[0], rows is None
+    rows = _grouped_rows(p, batch) if grouped else rows
+    first = jnp.argmax(rows[None, :] == jnp.arange(p)[:, None], axis=1)  # a prefill's vector
     pre = transformer.hidden_states(
         params,
         cfg,
@@ -311,11 +314,7 @@ def check_prefill_rows(
     prompts, and rows that continue one prefill must carry the same steering vector (a
     prefill runs once, under one vector). Host-side, on concrete arrays."""
     if rows is None:
-        if batch % n_prompts:
-            raise ValueError(
-                f"{batch} rows are not a whole number of groups of the {n_prompts} prompts"
-            )
-        rows = np.arange(batch) // (batch // n_prompts)
+        rows = _grouped_rows(n_prompts, batch)
     elif rows.shape != (batch,) or rows.min() < 0 or rows.max() >= n_prompts:
         raise ValueError(
             f"prefill_rows must give each of the {batch} rows a prompt in [0, {n_prompts})"
