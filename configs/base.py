@@ -87,6 +87,11 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.rl.gspo_eps_high = 4e-4  # rl.policy=gspo: sequence-ratio clip above 1
     c.rl.dual_clip = 0.0  # > 1 bounds negative-advantage losses; 0 off
     c.rl.tis_cap = 0.0  # c_IS of the truncated importance weight; 0 off
+    c.rl.tis_level = "token"  # token: each token's loss x its own w_t (verl) | row_mean
+    # the policy pi_old and pi_theta are scored as, softmax(logits / T): "rollout" = T is
+    # rollout.temperature (verl, the seeds' framework: the tempered policy is trained
+    # on-policy) | a number, e.g. "1.0" (score at T = 1; pair with rl.tis_cap off-policy)
+    c.rl.score_temperature = "rollout"
     c.rl.entropy_coef = 0.0  # alpha
     c.rl.kl_coef = 0.0  # beta, KL to the frozen initial policy
     c.rl.kl_estimator = "k3"  # k1 | k3

@@ -12,6 +12,8 @@ from configs import base, grpo
 
 
 def _temperature(c):  # EDEN's "Higher Temperature (T=1.2)"
+    # rl.score_temperature stays "rollout": pi_old and pi_theta at T = 1.2, on-policy, as
+    # in verl (the seeds' framework). "1.0" + rl.tis_cap = the other reading.
     c.rollout.temperature = 1.2
 
 
@@ -25,7 +27,9 @@ def _clip_higher(c):  # grpo.py already has DAPO's 0.28; the control widens it (
 
 def _group(c):  # twice the rollouts per prompt, same prompts per step
     c.rollout.group_size *= 2
-    c.optim.micro_batches = min(2 * c.optim.micro_batches, c.rollout.prompts)
+    # twice the rows per micro-batch is twice the memory: split further where groups allow
+    per_minibatch = c.rollout.prompts // c.rl.minibatches
+    c.optim.micro_batches = min(2 * c.optim.micro_batches, per_minibatch)
 
 
 def _dapo(c):  # dynamic sampling: refill until 0 < correct < G (Yu et al. 2025)

@@ -8,7 +8,8 @@
         --config.model.path=/models/Qwen2.5-Math-1.5B --config.task.train_path=numina.jsonl
 
 smoke and demo are configs/grpo.py's with EAD on (same budget, so runs compare);
-paper is the seed's Appendix A (Minimal-RL recipe in the DAPO framework).
+paper is the seed's Appendix A (Minimal-RL recipe in the DAPO framework), each value
+with its source below.
 """
 
 from configs import base, grpo
@@ -20,14 +21,24 @@ def get_config(arg: str | None = None):
     c = grpo.get_config(arg)
     c.exploration.methods = ("ead",)
     c.exploration.ead = EAD.defaults()  # tau_max 1.2, tau_min 0.1, d0 25, c 10, k = 1
-    c.rl.tis_cap = 2.0  # w = min(2, pi_old / mu)
-    if arg == "paper":
-        c.rollout.prompts, c.rollout.group_size, c.rollout.max_new_tokens = 1024, 8, 3072
-        c.rollout.dynamic_sampling = True  # DAPO framework
-        c.rl.minibatches = 4  # mini-batch 256 of the 1024 prompts
-        c.rl.entropy_coef = 0.0
-        c.optim.lr, c.optim.micro_batches = 1e-6, 64
-        c.eval.samples = 16  # the seed reports Pass@16 / Worst@16
+    c.rl.tis_cap = 2.0  # seed 003, App. B: w = min(2, pi_old / mu)
+    # rl.score_temperature "rollout" = the base temperature 1.0: pi_old and pi_theta at
+    # tau = 1 and TIS against the annealed mu, as seed 003, App. B
+    if arg == "paper":  # seed 003, Sec. 5.1 and App. A (Table 1, the Minimal-RL recipe)
+        c.rollout.prompts = 1024  # Table 1: training batch size 1024
+        c.rollout.group_size = 8  # Sec. 5.3: n = 8 ("the commonly used 4 or 8")
+        c.rollout.max_prompt_len = 1024  # Table 1: max prompt length 1024
+        c.rollout.max_new_tokens = 3072  # Table 1: max response length 3072
+        c.rollout.dynamic_sampling = False  # Sec. 5.1: disabled for all methods
+        c.rl.minibatches = 4  # Table 1: mini-batch size 256 of the 1024
+        c.rl.eps_low, c.rl.eps_high = 0.2, 0.28  # the DAPO framework (Sec. 5.1): clip-higher
+        c.rl.aggregation = "token_mean"  # the DAPO framework: token-level loss
+        c.rl.kl_coef, c.rl.entropy_coef = 0.0, 0.0  # the DAPO framework: no KL, no bonus
+        c.optim.lr = 1e-6  # Table 1 (Sec. 5.3: 2e-6 was best for Qwen2.5-Math-1.5B, n = 8)
+        c.optim.micro_batches = 64  # memory only: 4 prompts x 8 rollouts per micro-batch
+        c.train.steps = 2000  # not stated in seed 003: the GRPO setting's
+        c.eval.samples = 16  # Sec. 5.2: Pass@16 and Worst@16
+        c.eval.temperature, c.eval.top_p = 1.0, 1.0  # not stated: verl's sampling defaults
     return c
 
 

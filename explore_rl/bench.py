@@ -219,6 +219,7 @@ def bench_step(args) -> dict:
     c.optim.lr, c.optim.weight_decay = 1e-6, 0.0
     c.reward.extractors = "last_number"
     c.optim.micro_batches = args.micro_batches
+    c.rl.minibatches = 1  # the peers' workload: one optimizer step per rollout batch
     params, cfg, tok = weights.load_model(args.model)
     tok.stop_ids = ()  # 32 tokens forced, as the peers
     problems = [

@@ -101,6 +101,24 @@ def extractors(c: ConfigDict) -> tuple[str, ...]:
     return rewards.extractors(c.reward)
 
 
+def score_temperature(c: ConfigDict) -> float:
+    """The temperature pi_old and pi_theta are scored at (`rl.score_temperature`)."""
+    value = c.rl.score_temperature
+    if value == "rollout":
+        _check(
+            c.rollout.temperature > 0,
+            "rl.score_temperature='rollout' needs rollout.temperature > 0 (greedy rollouts "
+            "have no tempered policy to train: give a number)",
+        )
+        return float(c.rollout.temperature)
+    try:
+        t = float(value)
+    except ValueError:
+        t = 0.0
+    _check(t > 0, f"rl.score_temperature={value!r}: 'rollout' or a number > 0")
+    return t
+
+
 def loss_config(c: ConfigDict) -> losses.LossConfig:
     return losses.LossConfig(
         policy=c.rl.policy,
@@ -111,6 +129,8 @@ def loss_config(c: ConfigDict) -> losses.LossConfig:
         gspo_eps_high=c.rl.gspo_eps_high,
         dual_clip=c.rl.dual_clip,
         tis_cap=c.rl.tis_cap,
+        tis_level=c.rl.tis_level,
+        score_temperature=score_temperature(c),
         entropy_coef=c.rl.entropy_coef,
         kl_coef=c.rl.kl_coef,
         kl_estimator=c.rl.kl_estimator,

@@ -82,3 +82,86 @@ def test_the_command_line_finds_configs_from_another_directory(tmp_path):
     written = json.load(open(tmp_path / "run" / "config.json"))
     assert written["exploration"]["ead"]["convention"] == "paper"  # a default, recorded
     assert written["sample"]["max_new_tokens"] == 4
+
+
+# Every value of the `paper` configs that a seed states, with where it states it. A change
+# to one of these is a change to what "the paper's setting" means: it must cite a source.
+PAPER_VALUES = [
+    # configs/grpo.py:paper = EDEN's GRPO baseline (seed 000, training setup)
+    ("grpo.py:paper", "rollout.prompts", 128, "seed 000: batch size 128"),
+    ("grpo.py:paper", "rollout.group_size", 16, "seed 000: 16 rollouts per prompt"),
+    ("grpo.py:paper", "rl.eps_low", 0.2, "seed 000: eps_low 0.2"),
+    ("grpo.py:paper", "rl.eps_high", 0.28, "seed 000: eps_high 0.28"),
+    ("grpo.py:paper", "rl.kl_coef", 0.0, "seed 000: beta 0"),
+    ("grpo.py:paper", "rl.entropy_coef", 0.001, "seed 000: alpha 0.001"),
+    ("grpo.py:paper", "optim.lr", 1e-6, "seed 000: learning rate 1e-6"),
+    ("grpo.py:paper", "train.steps", 2000, "seed 000: about 2000 steps for the math models"),
+    ("grpo.py:paper", "eval.temperature", 0.6, "seed 000: evaluation temperature 0.6"),
+    ("grpo.py:paper", "eval.top_p", 0.95, "seed 000: evaluation top-p 0.95"),
+    ("grpo.py:paper", "eval.samples", 8, "seed 000: Pass@8"),
+    ("grpo.py:paper", "rl.score_temperature", "rollout", "verl, seed 000's framework"),
+    # configs/eden.py:paper adds EDEN (seed 000, method) to that baseline
+    ("eden.py:paper", "exploration.eden.noisy", 4, "seed 000: 12 clean + 4 noisy of 16"),
+    ("eden.py:paper", "exploration.eden.rho", 0.18, "seed 000: rho 0.18 for the math models"),
+    ("eden.py:paper", "exploration.eden.warmup", 200, "seed 000: warm-up 200 steps at 1.5B"),
+    ("eden.py:paper", "exploration.eden.tau_start", 0.2, "seed 000: cosine 0.2 -> 1.0"),
+    ("eden.py:paper", "exploration.eden.bank_size", 8, "seed 000: K = 8 anchors"),
+    ("eden.py:paper", "exploration.eden.keep", 0.5, "seed 000: top p = 0.5 of noisy |A|"),
+    ("eden.py:paper", "exploration.eden.gamma", 0.5, "seed 000: gamma 0.5"),
+    ("eden.py:paper", "rl.tis_cap", 0.0, "seed 000: no importance correction"),
+    ("eden.py:paper", "rollout.prompts", 128, "seed 000: batch size 128"),
+    ("eden.py:paper", "train.steps", 2000, "seed 000: about 2000 steps"),
+    # configs/ead.py:paper = seed 003, Sec. 5.1 and App. A, Table 1
+    ("ead.py:paper", "rollout.prompts", 1024, "seed 003 Table 1: training batch size 1024"),
+    ("ead.py:paper", "rollout.max_prompt_len", 1024, "seed 003 Table 1: max prompt 1024"),
+    ("ead.py:paper", "rollout.max_new_tokens", 3072, "seed 003 Table 1: max response 3072"),
+    ("ead.py:paper", "rl.minibatches", 4, "seed 003 Table 1: mini-batch 256 of 1024"),
+    ("ead.py:paper", "optim.lr", 1e-6, "seed 003 Table 1: learning rate 1e-6"),
+    ("ead.py:paper", "rollout.group_size", 8, "seed 003 Sec. 5.3: n = 8"),
+    ("ead.py:paper", "rollout.dynamic_sampling", False, "seed 003 Sec. 5.1: disabled"),
+    ("ead.py:paper", "rl.kl_coef", 0.0, "seed 003 Sec. 5.1: the DAPO framework, no KL"),
+    ("ead.py:paper", "rl.entropy_coef", 0.0, "seed 003 Sec. 5.1: the DAPO framework"),
+    ("ead.py:paper", "rl.eps_high", 0.28, "seed 003 Sec. 5.1: DAPO's clip-higher"),
+    ("ead.py:paper", "rl.aggregation", "token_mean", "seed 003 Sec. 5.1: DAPO's token mean"),
+    ("ead.py:paper", "rl.tis_cap", 2.0, "seed 003 App. B: c_IS = 2"),
+    ("ead.py:paper", "eval.samples", 16, "seed 003 Sec. 5.2: Pass@16, Worst@16"),
+    ("ead.py:paper", "exploration.ead.tau_max", 1.2, "seed 003 Sec. 5.1: tau_max 1.2"),
+    ("ead.py:paper", "exploration.ead.tau_min", 0.1, "seed 003 Sec. 5.1: 0.1 for 1B / 1.5B"),
+    ("ead.py:paper", "exploration.ead.d0", 25.0, "seed 003 Sec. 5.1: d0 25"),
+    ("ead.py:paper", "exploration.ead.c", 10, "seed 003 Sec. 3: c = 10"),
+    ("ead.py:paper", "exploration.ead.first_token", 1, "seed 003 Sec. 3: the t-th token"),
+    ("ead.py:paper", "exploration.ead.convention", "paper", "seed 003 Sec. 3: k = 1"),
+    # the controls (seed 000's same-pipeline controls), at the paper scale
+    ("controls.py:temperature,paper", "rollout.temperature", 1.2, "seed 000: T = 1.2"),
+    ("controls.py:group,paper", "rollout.group_size", 32, "seed 000: 32 rollouts"),
+]
+
+
+@pytest.mark.parametrize("spec,key,value,source", PAPER_VALUES)
+def test_paper_configs_hold_their_sources_values(spec, key, value, source):
+    from explore_rl import config as config_lib
+
+    c = config_lib.resolved(config_lib.load(f"configs/{spec}"))
+    section, field = key.rsplit(".", 1)
+    for part in section.split("."):
+        c = c[part]
+    assert c[field] == value, f"{spec} {key}: {source}"
+
+
+def test_score_temperature_follows_the_rollout_or_a_number():
+    from configs import grpo
+    from explore_rl import config as config_lib
+
+    c = grpo.get_config("smoke")
+    assert c.rl.score_temperature == "rollout" and c.rl.tis_level == "token"  # verl's
+    assert config_lib.loss_config(c).score_temperature == 1.0
+    assert config_lib.loss_config(controls.get_config("temperature")).score_temperature == 1.2
+    c.rl.score_temperature = "1.0"
+    c.rollout.temperature = 1.2
+    assert config_lib.loss_config(c).score_temperature == 1.0
+    c.rl.score_temperature = "hot"
+    with pytest.raises(ValueError, match="rl.score_temperature='hot': 'rollout' or a number"):
+        config_lib.validate(c)
+    c.rl.score_temperature, c.rollout.temperature = "rollout", 0.0
+    with pytest.raises(ValueError, match="greedy rollouts"):
+        config_lib.validate(c)

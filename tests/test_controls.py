@@ -62,3 +62,44 @@ def test_a_control_trains_and_records_its_config(tmp_path):
     trainer.train(c, str(tmp_path))
     assert [r["step"] for r in read_metrics(str(tmp_path))] == [1, 2, 3]
     assert '"policy": "gspo"' in (tmp_path / "config.json").read_text()
+
+
+@pytest.mark.slow
+def test_the_clip_controls_bind_in_the_demo_setting(tmp_path):
+    """Several optimizer steps per rollout batch (rl.minibatches = 4): pi_theta leaves
+    pi_old within the batch, so the ratio clip acts and clip-higher and GSPO update
+    differently from GRPO on the same batch. At the demo's first step no positive-advantage
+    token's ratio passes 1.28 (1.12 at most), so the batch is the second step's (1.36)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from explore_rl.rewards.math import Verifier
+
+    c = grpo.get_config("demo")
+    c.reward.workers = 1
+    with Verifier(1, 5.0) as verifier:
+        run, progress, _ = trainer.start(c, str(tmp_path), verifier)
+        progress, first, _ = trainer.train_one_step(run, progress, 0)
+        ro, _, _ = trainer.collect(run, progress, 1)
+        batch, _, _ = trainer.make_batch(run, progress, ro, 1)
+    params, metrics = {}, {}
+    for name in ("grpo", "clip_higher", "gspo"):
+        cc = grpo.get_config("demo") if name == "grpo" else controls.get_config(name)
+        state = jax.tree.map(jnp.copy, progress.state)  # update donates its state
+        state, metrics[name] = trainer.update(state, batch, run.cfg, cc, run.optimizer)
+        params[name] = state.params
+
+    def differ(a, b):
+        return any(not np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+    assert first["policy/clip_frac_low"] > 0  # the first step already clips below 1 - 0.2
+    assert (
+        metrics["grpo"]["policy/clip_frac_high"] > 0 and metrics["grpo"]["policy/clip_frac_low"] > 0
+    )
+    assert (
+        metrics["clip_higher"]["policy/clip_frac_high"] < metrics["grpo"]["policy/clip_frac_high"]
+    )
+    assert metrics["gspo"]["policy/clip_frac_high"] + metrics["gspo"]["policy/clip_frac_low"] > 0
+    assert differ(params["grpo"], params["clip_higher"])
+    assert differ(params["grpo"], params["gspo"])

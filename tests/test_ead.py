@@ -33,36 +33,47 @@ def _plan(ex, c, rows, length, step, tau=1.0):
 
 @pytest.mark.parametrize(
     "convention,step,t,expected",
-    [
+    [  # step: the 0-based step index (the paper's s = step + 1); t: the paper's 1-based t
         ("paper", 0, 9, 1.0),  # t < c = 10: temperature 1
-        ("paper", 0, 10, 2.2 - math.exp(10 / 25)),  # 0.70818
-        ("paper", 0, 18, 2.2 - math.exp(18 / 25)),  # 0.14557, the last above tau_min
-        ("paper", 0, 19, 0.1),  # exp(19 / 25) = 2.138 > 2.1: tau_min
-        ("paper", 3, 19, 2.2 - math.exp(19 / 40)),  # d_3 = 25 + 15
+        ("paper", 0, 10, 2.2 - math.exp(10 / 30)),  # s = 1: d_1 = 25 + 5
+        ("paper", 0, 22, 2.2 - math.exp(22 / 30)),  # 0.1195, the last above tau_min
+        ("paper", 0, 23, 0.1),  # 30 ln 2.1 = 22.26 < 23: tau_min
+        ("paper", 2, 19, 2.2 - math.exp(19 / 40)),  # s = 3: d_3 = 25 + 15
         ("paper", 10**5, 500, 2.2 - math.exp(500 / 40000)),  # d_s capped at 40000
-        ("code", 0, 10, 2.2 - math.exp(10 / 500)),  # k = 20: d = 20 x 25
-        ("code", 0, 370, 2.2 - math.exp(370 / 500)),  # 0.1040
-        ("code", 0, 371, 0.1),  # 500 ln 2.1 = 370.97
+        ("code", 0, 10, 2.2 - math.exp(10 / 600)),  # k = 20: d = 20 x 30
+        ("code", 0, 445, 2.2 - math.exp(445 / 600)),  # 0.1015
+        ("code", 0, 446, 0.1),  # 600 ln 2.1 = 445.2
     ],
 )
 def test_table_matches_the_formula(convention, step, t, expected):
     ex, c = _explorer(convention=convention)
     tau = np.asarray(_plan(ex, c, 2, 600, step).temperature)
-    np.testing.assert_allclose(tau[:, t], expected, rtol=1e-5)
+    np.testing.assert_allclose(tau[:, t - 1], expected, rtol=1e-5)
+
+
+def test_the_seed_indexing_is_the_default_and_zero_based_is_named():
+    ex, c = _explorer()
+    assert (c.exploration.ead.c, c.exploration.ead.first_token) == (10, 1)  # seed 003, Sec. 3
+    tau = np.asarray(_plan(ex, c, 1, 16, 0).temperature)[0]
+    assert (tau[:9] == 1.0).all() and tau[9] < 1.0  # 9 tokens at 1.0 with c = 10
+    zero, _ = _explorer(first_token=0)
+    tau0 = np.asarray(_plan(zero, c, 1, 16, 0).temperature)[0]
+    assert (tau0[:10] == 1.0).all()
+    np.testing.assert_allclose(tau0[10], 2.2 - math.exp(10 / 30), rtol=1e-6)
 
 
 def test_table_multiplies_the_base_and_k_overrides():
     ex, c = _explorer(k=5.0, tau_min=0.8)
     tau = np.asarray(_plan(ex, c, 2, 64, 0, tau=0.5).temperature)
-    np.testing.assert_allclose(tau[:, 10], 0.5 * (2.2 - math.exp(10 / 125)), rtol=1e-6)
-    np.testing.assert_allclose(tau[:, 63], 0.5 * 0.8, rtol=1e-6)  # 2.2 - e^(63/125) < 0.8
+    np.testing.assert_allclose(tau[:, 9], 0.5 * (2.2 - math.exp(10 / 150)), rtol=1e-6)
+    np.testing.assert_allclose(tau[:, 63], 0.5 * 0.8, rtol=1e-6)  # 2.2 - e^(64/150) < 0.8
 
 
 def test_mu_is_the_annealed_truncated_logprob(tiny):  # noqa: F811
     params, cfg, prompts, pmask = tiny
     ex, c = _explorer(d0=4.0, c=2, tau_min=0.3)  # anneals within the 8 tokens
     t = 8
-    plan = _plan(ex, c, Q * G, t, step=1)
+    plan = _plan(ex, c, Q * G, t, step=0)  # s = 1: d = 9
     tau = np.asarray(plan.temperature)
     assert tau[0, 0] == 1.0 and tau[0, -1] == pytest.approx(0.3) and tau[0, 3] < 1.0
     r = sample(
@@ -88,8 +99,9 @@ def test_mu_is_the_annealed_truncated_logprob(tiny):  # noqa: F811
         logits - np.log(np.exp(logits).sum(-1, keepdims=True)), toks[..., None], -1
     )[..., 0]
     np.testing.assert_allclose(np.asarray(old), clean, atol=1e-4)
-    cap = 1.5  # low enough that this tiny model's tokens fall on both sides of it
-    w = np.minimum(cap, np.exp(np.asarray(old) - mu))
+    ratio = np.exp(np.asarray(old) - mu)
+    cap = float(np.quantile(ratio[np.asarray(r.mask)], 0.8))  # tokens on both sides of it
+    w = np.minimum(cap, ratio)
     assert (w == cap).any() and (w < 1.0).any()
 
     lc = losses.LossConfig(tis_cap=cap)

@@ -117,6 +117,46 @@ def test_gspo_sequence_ratio():
         LossConfig(policy="gspo")
 
 
+@pytest.mark.parametrize("level", ["token", "row_mean", None])
+def test_gspo_with_tis_weights_tokens_by_their_own_or_the_row_mean_w(level):
+    # Two rows, the second's last token masked; s inside GSPO's clip range (unclipped).
+    old = jnp.array([[-1.0, -2.0, -0.5], [-0.3, -1.2, 0.0]])
+    logp = old + jnp.array([[1e-4, -2e-4, 1e-4], [5e-5, 5e-5, 9.0]])
+    mu = old - jnp.log(jnp.array([[0.5, 1.5, 3.0], [1.2, 0.8, 1.0]]))  # pi_old / mu
+    a, mask = jnp.array([1.0, -0.5]), jnp.array([[1, 1, 1], [1, 1, 0]], bool)
+    x = LossInputs(logp=logp, old_logp=old, advantages=a, mask=mask, behaviour_logp=mu)
+    tis = {"tis_cap": 2.0, "tis_level": level} if level else {}
+    lc = LossConfig(policy="gspo", aggregation="seq_mean_token_mean", **tis)
+    loss_fn = lambda lp: policy_loss(lc, x.replace(logp=lp))[0]  # noqa: E731
+    value, grad = float(loss_fn(logp)), np.asarray(jax.grad(loss_fn)(logp))
+    m = np.asarray(mask)
+    n = m.sum(1)
+    s = np.exp(np.where(m, np.asarray(logp - old), 0).sum(1) / n)  # GSPO's sequence ratio
+    w = np.where(m, np.minimum(2.0, np.array([[0.5, 1.5, 3.0], [1.2, 0.8, 1.0]])), 0)
+    w = w if level else m.astype(float)
+    w_bar = w.sum(1) / n
+    a_np = np.asarray(a)
+    # value: every token carries -A s; mean over the row of w times it; mean over rows
+    np.testing.assert_allclose(value, np.mean(-a_np * s * w_bar), rtol=1e-6)
+    # gradient (GSPO-token, Eq. 13-14): token t of row i gets -A_i s_i x_t / (n_i R), with
+    # x_t its own w_t (verl) or the row's mean w (row_mean); 0 where masked
+    x_t = w if level == "token" or level is None else np.broadcast_to(w_bar[:, None], w.shape)
+    expected = np.where(m, -(a_np * s)[:, None] * x_t / n[:, None] / 2, 0.0)
+    np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-9)
+
+
+def test_the_gspo_token_form_has_the_sequence_gradient_without_tis():
+    # GSPO's s_i = exp(mean_t log ratio): d(-A s)/d logp_t = -A s / n for every token
+    old = jnp.zeros((1, 4))
+    logp = jnp.array([[1e-4, 2e-4, -1e-4, 0.0]])
+    mask = jnp.ones((1, 4), bool)
+    x = LossInputs(logp=logp, old_logp=old, advantages=jnp.array([2.0]), mask=mask)
+    lc = LossConfig(policy="gspo", aggregation="seq_mean_token_mean")
+    grad = jax.grad(lambda lp: policy_loss(lc, x.replace(logp=lp))[0])(logp)
+    s = np.exp(np.asarray(logp).mean())
+    np.testing.assert_allclose(np.asarray(grad), np.full((1, 4), -2.0 * s / 4), rtol=1e-6)
+
+
 def test_entropy_bonus_and_kl_to_reference():
     x = inputs(
         [[1.0, 1.0]],

@@ -55,9 +55,10 @@ def test_report_averages_seeds_of_a_configuration(tmp_path):
     assert lines[0].startswith("| run | seeds | reward first | reward last |")
     ead = lines[2].split(" | ")
     assert ead[0] == "| ead" and ead[1] == "2"
-    assert ead[2] == "0.150 (0.10/0.20)" and ead[3] == "0.600 (0.50/0.70)"  # first, last 2
-    assert ead[7] == "0.600 (0.50/0.70)"  # Pass@1 of the last evaluation
-    assert "nan" in ead[8]  # no Pass@8 logged
+    # mean, sample standard deviation over seeds, each seed: first 2 steps, last 2
+    assert ead[2] == "0.150 ±0.071 (0.10/0.20)" and ead[3] == "0.600 ±0.141 (0.50/0.70)"
+    assert ead[9] == "0.600 ±0.141 (0.50/0.70)"  # Pass@1 of the last evaluation
+    assert "nan" in ead[10] and "nan" in ead[7]  # no Pass@8 or clip fraction logged
     assert lines[3].startswith("| grpo | 1 | 0.100")
     per_step = report.curve([str(tmp_path / n) for n in ("ead-s0", "ead-s1")], "reward/mean")
     assert per_step.splitlines()[2] == "| ead | 0.10 | 0.20 | 0.50 | 0.70 |"

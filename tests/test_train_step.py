@@ -64,6 +64,40 @@ def test_score_equals_full_forward_and_sampler(tiny):
     np.testing.assert_allclose(np.asarray(logp[b])[m[b]], np.asarray(ref)[m[b]], atol=1e-5)
 
 
+def test_score_temperature_is_the_sampler_tempered_policy(tiny):
+    # rl.score_temperature = "rollout" (verl): pi_old and pi_theta are softmax(logits / T),
+    # so rows drawn at T are scored on-policy: the sampler's mu equals the tempered score
+    params, cfg, prompts, pmask, _ = tiny
+    t = 1.7
+    r = sample(
+        params,
+        cfg,
+        prompts,
+        pmask,
+        jax.random.key(3),
+        jnp.full((Q * G, T), t),
+        SamplingConfig(T, stop_ids=(7,)),
+    )
+    m = np.asarray(r.mask)
+    hot, hot_entropy = score(params, cfg, prompts, pmask, r.tokens, r.mask, t)
+    cold, _ = score(params, cfg, prompts, pmask, r.tokens, r.mask)
+    np.testing.assert_allclose(np.asarray(hot)[m], np.asarray(r.logprobs)[m], atol=1e-5)
+    assert np.abs(np.asarray(cold) - np.asarray(hot))[m].max() > 1e-2  # T = 1 is another policy
+    # by hand: log_softmax(logits / T) of the T = 1 log-probs' logits, per position
+    b = 2
+    p = np.asarray(prompts[b // G])[np.asarray(pmask[b // G])]
+    seq = jnp.asarray(np.concatenate([p, np.asarray(r.tokens[b])]))[None]
+    logits = transformer.forward(
+        params, cfg, seq, jnp.arange(seq.shape[1])[None], jnp.ones_like(seq, bool)
+    ).logits[0][len(p) - 1 : -1]
+    ref = jax.nn.log_softmax(logits / t)
+    np.testing.assert_allclose(
+        np.asarray(hot[b])[m[b]], np.asarray(ref[jnp.arange(T), r.tokens[b]])[m[b]], atol=1e-5
+    )
+    ent = -jnp.sum(jnp.exp(ref) * ref, axis=-1)
+    np.testing.assert_allclose(np.asarray(hot_entropy[b])[m[b]], np.asarray(ent)[m[b]], atol=1e-4)
+
+
 def _batch(tiny, adv):
     params, cfg, prompts, pmask, r = tiny
     old, _ = score(params, cfg, prompts, pmask, r.tokens, r.mask)

@@ -44,7 +44,7 @@ def test_smoke_cli_writes_the_run_directory_and_reruns(tmp_path):
 def _demo_config(steps):
     c = grpo.get_config("demo")
     c.rollout.prompts, c.rollout.group_size, c.rollout.max_new_tokens = 2, 4, 12
-    c.optim.micro_batches = 2
+    c.rl.minibatches = 2
     c.train.steps, c.train.checkpoint_every, c.train.eval_every = steps, 2, 0
     c.reward.workers = 1
     return c
@@ -158,15 +158,24 @@ def test_pi_old_pass_is_skipped_only_when_mu_is_pi_old():
         return base_plan(4, 16, c.rollout.temperature, [])
 
     c = grpo.get_config("demo")
-    assert trainer.behaviour_is_pi_old(c, plan(c))
-    for field, value in [("temperature", 1.2), ("top_p", 0.95), ("top_k", 20)]:
+    assert c.rl.minibatches == 4 and trainer.behaviour_is_pi_old(c, plan(c))
+    # pi_old is the sampling policy whatever the number of optimizer steps on the batch
+    for field, value in [("ppo_epochs", 2), ("minibatches", 2)]:
+        changed = grpo.get_config("demo")
+        setattr(changed.rl, field, value)
+        assert trainer.behaviour_is_pi_old(changed, plan(changed)), field
+    hot = grpo.get_config("demo")
+    hot.rollout.temperature = 1.2  # scored at the rollout temperature: still mu = pi_old
+    assert trainer.behaviour_is_pi_old(hot, plan(hot))
+    hot.rl.score_temperature = "1.0"  # scored at 1: the sampler drew from another policy
+    assert not trainer.behaviour_is_pi_old(hot, plan(hot))
+    for field, value in [("top_p", 0.95), ("top_k", 20)]:
         changed = grpo.get_config("demo")
         setattr(changed.rollout, field, value)
         assert not trainer.behaviour_is_pi_old(changed, plan(changed)), field
-    for field, value in [("ppo_epochs", 2), ("minibatches", 2), ("pi_old", "recompute")]:
-        changed = grpo.get_config("demo")
-        setattr(changed.rl, field, value)
-        assert not trainer.behaviour_is_pi_old(changed, plan(changed)), field
+    c.rl.pi_old = "recompute"
+    assert not trainer.behaviour_is_pi_old(c, plan(c))
+    c.rl.pi_old = "auto"
     ctx = base.StepContext(None, None, None, c, step=3)
     annealed = EAD(EAD.defaults(), c).plan({}, plan(c), ctx, None)  # hot from t = c = 10
     assert not trainer.behaviour_is_pi_old(c, annealed)
@@ -177,6 +186,7 @@ def test_pi_old_pass_is_skipped_only_when_mu_is_pi_old():
 def test_kl_to_the_frozen_reference_through_the_trainer(tmp_path):
     c = grpo.get_config("smoke")
     c.rl.kl_coef, c.train.steps, c.train.eval_every = 0.1, 3, 0
+    c.rl.minibatches = 1  # one update a step: step 1's is evaluated at the reference
     c.optim.lr = 1e-2  # move far from the reference in two updates
     trainer.train(c, str(tmp_path))
     kl = [r["policy/kl_ref"] for r in read_metrics(str(tmp_path))]

@@ -5,8 +5,9 @@
 
 Runs whose directory names differ only in a trailing `-s<seed>` are one configuration.
 Per run: reward and zero-advantage group fraction over the first and the last `window`
-steps, token entropy of the last window, and the held-out metrics of the last evaluation;
-each cell is the mean over seeds, with the per-seed values after it.
+steps, token entropy of the last window, the ratio-clip fractions over all steps, and the
+held-out metrics of the last evaluation; each cell is the mean over seeds, +- their sample
+standard deviation, with the per-seed values after it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ COLUMNS = [
     ("zero-adv first", "groups/zero_adv_frac", "first"),
     ("zero-adv last", "groups/zero_adv_frac", "last"),
     ("entropy last", "rollout/entropy", "last"),
+    ("clip low", "policy/clip_frac_low", "all"),
+    ("clip high", "policy/clip_frac_high", "all"),
     ("Pass@1", "eval/average/pass@1", "eval"),
     ("Pass@8", "eval/average/pass@8", "eval"),
 ]
@@ -36,7 +39,9 @@ def summarise(rows: list[dict], window: int) -> dict[str, float]:
     evals = [r for r in rows if any(k.startswith("eval/") for k in r)]
     out = {}
     for name, key, where in COLUMNS:
-        part = {"first": rows[:window], "last": rows[-window:], "eval": evals[-1:]}[where]
+        part = {"first": rows[:window], "last": rows[-window:], "all": rows, "eval": evals[-1:]}[
+            where
+        ]
         values = [r[key] for r in part if key in r]
         out[name] = float(np.mean(values)) if values else float("nan")
     return out
@@ -63,7 +68,8 @@ def table(paths: list[str], window: int = 3) -> str:
         for col, _, _ in COLUMNS:
             values = [c[col] for c in cells]
             each = "/".join(f"{v:.2f}" for v in values)
-            row.append(f"{np.mean(values):.3f} ({each})")
+            spread = f" ±{np.std(values, ddof=1):.3f}" if len(values) > 1 else ""
+            row.append(f"{np.mean(values):.3f}{spread} ({each})")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 

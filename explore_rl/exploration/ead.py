@@ -1,14 +1,19 @@
 """EAD: exploratory annealed decoding (seed 003).
 
-Each response is sampled hot at first and cooler later: token t of a rollout at global
-step s is drawn at temperature
+Each response is sampled hot at first and cooler later: the t-th token of a rollout at
+global step s is drawn at temperature
 
     tau_t = 1                                        for t < c
     tau_t = max(1 + tau_max - exp(t / (k d_s)), tau_min)   otherwise,  d_s = min(d0 + 5 s, 40000)
 
 (the paper's Eq. for the annealed temperature with its global-step-aware decay rate;
-`sampling.schedules.ead`). The paper has k = 1; the authors' public code has k = 20, which
-cools 20x more slowly: `convention` names both, `k` overrides. The table multiplies the
+`sampling.schedules.ead`). Indexing follows the paper: t counts response tokens from 1, so
+with c = 10 the first 9 tokens are at 1.0 and the 10th is the first annealed one
+(`first_token = 0` counts from 0 instead: 10 tokens at 1.0, e^0 at the first); s counts
+training steps from 1, as the seeds' framework (verl) numbers them, so the first rollout
+uses d_1 = d0 + 5 and an evaluation after N steps the schedule of step N + 1. The paper
+has k = 1; the authors' public code has k = 20, which cools 20x more slowly: `convention`
+names both, `k` overrides. The table multiplies the
 plan's temperature (the config's base, 1.0 in the paper), so EAD composes with other
 explorers' per-row factors (EDEN's warm-up).
 
@@ -44,7 +49,8 @@ class EAD(Explorer):
         c.tau_max = 1.2  # temperature at t = 0 of the annealed part (1 + tau_max - e^0)
         c.tau_min = 0.1  # floor: 0.1 for 1B/1.5B models, 0.8 for 7B (seed 003)
         c.d0 = 25.0  # initial decay scale d_0; d_s = min(d0 + 5 s, 40000)
-        c.c = 10  # the first c response tokens are drawn at temperature 1
+        c.c = 10  # tokens t < c are drawn at temperature 1 (t = 1, ..., c - 1: the paper's)
+        c.first_token = 1  # t of the first response token: 1 (the paper) | 0 (zero-based)
         c.convention = "paper"  # paper: k = 1 | code: k = 20 (the authors' public code)
         c.k = 0.0  # explicit k; 0 = from `convention`
         c.at_eval = False  # also anneal when evaluating (test-time EAD, Maj@N)
@@ -65,15 +71,19 @@ class EAD(Explorer):
             raise ValueError(
                 f"config: exploration.ead.tau_min={e.tau_min} must be in (0, tau_max={e.tau_max}]"
             )
-        if e.d0 <= 0 or e.k < 0 or e.c < 0:
-            raise ValueError("config: exploration.ead needs d0 > 0, k >= 0 and c >= 0")
+        if e.d0 <= 0 or e.k < 0 or e.c < 0 or e.first_token not in (0, 1):
+            raise ValueError(
+                "config: exploration.ead needs d0 > 0, k >= 0, c >= 0 and first_token 0 or 1"
+            )
         if not self.run_config.rl.tis_cap:
             # a warning, not an error: EAD without TIS is one of the seed's own ablations
             warnings.warn("EAD without TIS (rl.tis_cap=0): the paper uses c_IS = 2", stacklevel=2)
 
     def table(self, length: int, step: int):
+        """The schedule of the rollouts drawn at (0-based) step index `step`."""
         e = self.config
-        return schedules.ead(length, step, e.tau_max, e.tau_min, e.d0, self.k, e.c)
+        s = step + 1  # the paper's global step: the first training step is s = 1 (verl)
+        return schedules.ead(length, s, e.tau_max, e.tau_min, e.d0, self.k, e.c, e.first_token)
 
     def _anneal(self, plan: RolloutPlan, step: int) -> RolloutPlan:
         tau = plan.temperature * self.table(plan.temperature.shape[1], step)[None, :]

@@ -1,7 +1,7 @@
 """Policy-gradient losses with three log-prob streams, registered by name.
 
 Per response token: mu (behaviour: what the sampler really drew from), pi_old (the clean
-policy before the update, temperature 1) and pi_theta (being optimised). A per-token loss
+policy before the update, at the score temperature) and pi_theta (being optimised). A per-token loss
 (`POLICY_LOSSES`) is reduced to a scalar by an aggregation (`AGGREGATIONS`); entropy bonus,
 KL to a frozen reference and the truncated importance weight (TIS) wrap around both.
 
@@ -10,6 +10,10 @@ so gradient accumulation over micro-batches sums to exactly the full-batch loss.
 
 Rows with loss weight 0 (e.g. EDEN's filtered noisy rollouts) are dropped: their tokens
 count in no normaliser. Other weights scale the row's loss (EDEN's gamma).
+
+Every choice here that the papers leave open (normalisers, TIS level, the score
+temperature, dual clip) is written down, with verl's choice beside it, in
+docs/conventions.md.
 
 Dimension letters: B rows, T response tokens.
 """
@@ -38,6 +42,8 @@ class LossConfig:
     gspo_eps_low: float = 3e-4  # GSPO's sequence-ratio clip range (Zheng et al. 2025)
     gspo_eps_high: float = 4e-4
     tis_cap: float = 0.0  # c_IS of w = min(c_IS, pi_old / mu); 0 = no TIS
+    tis_level: str = "token"  # token: each token's loss x its own w_t (verl) | row_mean
+    score_temperature: float = 1.0  # pi_old and pi_theta are softmax(logits / this)
     entropy_coef: float = 0.0  # alpha: loss -= alpha * entropy
     kl_coef: float = 0.0  # beta: loss += beta * KL(pi_theta || pi_ref)
     kl_estimator: str = "k3"  # k1 | k3
@@ -48,6 +54,7 @@ class LossConfig:
             ("policy", POLICY_LOSSES),
             ("aggregation", AGGREGATIONS),
             ("kl_estimator", KL_ESTIMATORS),
+            ("tis_level", TIS_LEVELS),
         ):
             if getattr(self, field) not in table:
                 raise ValueError(f"{field}={getattr(self, field)!r}: allowed {sorted(table)}")
@@ -57,6 +64,8 @@ class LossConfig:
             )
         if self.dual_clip and self.dual_clip <= 1.0:
             raise ValueError(f"dual_clip={self.dual_clip}: must be > 1 (or 0 for off)")
+        if not self.score_temperature > 0:
+            raise ValueError(f"score_temperature={self.score_temperature}: must be > 0")
 
 
 @struct.dataclass
@@ -111,17 +120,20 @@ def ppo_clip(x: LossInputs, c: LossConfig):
 @register("gspo")
 def gspo(x: LossInputs, c: LossConfig):
     """Sequence-level ratio s = exp(mean_t log(pi_theta / pi_old)), clipped to
-    [1 - eps_low, 1 + eps_high] (Zheng et al. 2025, GSPO, Eq. 5-7); every token of a row
-    carries the row's loss, so `seq_mean_token_mean` gives GSPO's sequence mean."""
+    [1 - eps_low, 1 + eps_high] (Zheng et al. 2025, GSPO, Eq. 5-7). Written per token as
+    GSPO-token's s_t = sg[s] pi_theta(y_t) / sg[pi_theta(y_t)] (Eq. 13-14; verl's form):
+    every token carries the row's value, so `seq_mean_token_mean` gives GSPO's sequence
+    mean and the same gradient, and a per-token weight (TIS) scales that token's own
+    gradient term."""
     n = jnp.maximum(jnp.sum(x.mask, axis=1), 1)
     log_s = jnp.sum(jnp.where(x.mask, x.logp - x.old_logp, 0.0), axis=1) / n
-    s = jnp.exp(log_s)
-    a = x.advantages
-    loss = jnp.maximum(-a * s, -a * jnp.clip(s, 1.0 - c.gspo_eps_low, 1.0 + c.gspo_eps_high))
-    low = (a < 0) & (s < 1.0 - c.gspo_eps_low)
-    high = (a > 0) & (s > 1.0 + c.gspo_eps_high)
-    per_token = lambda v: jnp.broadcast_to(v[:, None], x.mask.shape)  # noqa: E731
-    return per_token(loss), per_token(low), per_token(high)
+    log_s_t = jax.lax.stop_gradient(log_s)[:, None] + x.logp - jax.lax.stop_gradient(x.logp)
+    s_t = jnp.exp(log_s_t)
+    a = x.advantages[:, None]
+    loss = jnp.maximum(-a * s_t, -a * jnp.clip(s_t, 1.0 - c.gspo_eps_low, 1.0 + c.gspo_eps_high))
+    low = (a < 0) & (s_t < 1.0 - c.gspo_eps_low)
+    high = (a > 0) & (s_t > 1.0 + c.gspo_eps_high)
+    return loss, low, high
 
 
 def kl_k1(logp, ref_logp):
@@ -175,6 +187,17 @@ def tis_weight(old_logp: Array, behaviour_logp: Array, cap: float) -> Array:
     return jax.lax.stop_gradient(jnp.minimum(cap, jnp.exp(old_logp - behaviour_logp)))
 
 
+def _row_mean(w, mask):
+    n = jnp.maximum(jnp.sum(mask, axis=1, keepdims=True), 1)
+    return jnp.broadcast_to(jnp.sum(jnp.where(mask, w, 0.0), axis=1, keepdims=True) / n, w.shape)
+
+
+# How the TIS weight meets the per-token loss: each token by its own w_t (verl multiplies
+# the per-token policy loss by the per-token weight, for every policy loss, GSPO included),
+# or every token of a row by the row's mean w (a sequence-level correction).
+TIS_LEVELS: dict[str, Callable] = {"token": lambda w, mask: w, "row_mean": _row_mean}
+
+
 def _active(x: LossInputs) -> Array:
     return x.mask if x.weights is None else x.mask & (x.weights[:, None] > 0)
 
@@ -193,7 +216,7 @@ def policy_loss(config: LossConfig, x: LossInputs, n: Array | None = None):
     metrics = {}
     if config.tis_cap:
         w = tis_weight(x.old_logp, x.behaviour_logp, config.tis_cap)
-        loss_tok = loss_tok * w
+        loss_tok = loss_tok * TIS_LEVELS[config.tis_level](w, mask)
         metrics.update(_tis_metrics(w, mask, config.tis_cap))
     if x.weights is not None:
         loss_tok = loss_tok * x.weights[:, None]

@@ -36,11 +36,10 @@ class RolloutPlan:
     # the batch's Q problems (an explorer may replace them); None once sampled
     problems: list | None = struct.field(pytree_node=False, default=None)
 
-    @property
-    def is_clean(self) -> bool:
-        """Whether rows are drawn from the plain policy at temperature 1 (then, with no
-        truncation, the sampler's mu is pi_old)."""
-        return self.interventions is None and bool(jnp.all(self.temperature == 1.0))
+    def is_drawn_at(self, temperature: float) -> bool:
+        """Whether every row is drawn from the plain policy at `temperature` (then, with no
+        truncation, the sampler's mu is the policy at that temperature)."""
+        return self.interventions is None and bool(jnp.all(self.temperature == temperature))
 
     def rows(self, group: int, group_size: int) -> RolloutPlan:
         """The plan of one group: per-row leaves sliced to its G rows, per-group to one."""

@@ -88,8 +88,9 @@ def init_state(params: dict, optimizer: optax.GradientTransformation) -> TrainSt
     )
 
 
-def score(params: dict, cfg: ModelConfig, prompts, prompt_mask, tokens, mask):
-    """log pi(token) and the entropy of pi at each response position, [B, T] each."""
+def score(params: dict, cfg: ModelConfig, prompts, prompt_mask, tokens, mask, temperature=1.0):
+    """log pi(token) and the entropy of pi at each response position, [B, T] each, pi =
+    softmax(logits / temperature) (the score temperature: `LossConfig.score_temperature`)."""
     q = prompts.shape[0]
     b, t = tokens.shape
     g = b // q
@@ -110,7 +111,7 @@ def score(params: dict, cfg: ModelConfig, prompts, prompt_mask, tokens, mask):
     )
     first = jnp.repeat(pre.hidden[:, -1:], g, axis=0)
     logits = transformer.lm_logits(params, cfg, jnp.concatenate([first, out.hidden], axis=1))
-    logp_all = jax.nn.log_softmax(logits, axis=-1)
+    logp_all = jax.nn.log_softmax(logits / temperature, axis=-1)
     logp = jnp.take_along_axis(logp_all, tokens[..., None], axis=-1)[..., 0]
     entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
     return logp, entropy
@@ -128,7 +129,9 @@ def group_slice(batch: Batch, m: int, i) -> Batch:
 
 
 def _loss(params, cfg, lc: losses.LossConfig, mb: Batch, n):
-    logp, entropy = score(params, cfg, mb.prompts, mb.prompt_mask, mb.tokens, mb.mask)
+    logp, entropy = score(
+        params, cfg, mb.prompts, mb.prompt_mask, mb.tokens, mb.mask, lc.score_temperature
+    )
     x = losses.LossInputs(
         logp=logp,
         old_logp=mb.old_logp,

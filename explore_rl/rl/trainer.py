@@ -172,16 +172,15 @@ def rollout_metrics(ro) -> dict:
 
 
 def behaviour_is_pi_old(c, plan: RolloutPlan) -> bool:
-    """Whether the sampler's mu already is pi_old, so its forward pass can be skipped: one
-    update per batch (pi_old = the sampling params), a clean plan (temperature 1, no
-    interventions), no truncation. Equal up to float rounding of two computation orders
-    (~1e-6 in log-prob)."""
+    """Whether the sampler's mu already is pi_old, so its forward pass can be skipped:
+    every row drawn from the plain policy (no interventions) at the score temperature, no
+    truncation. pi_old is the policy that sampled the batch, fixed over all mini-batches
+    and epochs of the update, so their number does not matter. Equal up to float rounding
+    of two computation orders (~1e-6 in log-prob)."""
     return (
         c.rl.pi_old == "auto"
-        and c.rl.ppo_epochs == 1
-        and c.rl.minibatches == 1
         and not config_lib.sampling_config(c, stop_ids=()).truncates
-        and plan.is_clean
+        and plan.is_drawn_at(config_lib.score_temperature(c))
     )
 
 
@@ -197,13 +196,9 @@ def make_batch(run: Run, progress: Progress, ro, step: int):
         run.explorers, progress.explorers, ro, np.asarray(adv), np.ones(q * g, np.float32), ctx
     )
     prompts, pmask = jnp.asarray(ro.prompts), jnp.asarray(ro.prompt_mask)
-    if behaviour_is_pi_old(c, ro.plan):
-        old = ro.out.logprobs
-    else:
-        old, _ = score_jit(params, cfg, prompts, pmask, ro.out.tokens, ro.out.mask)
-    ref = None
-    if run.ref_params is not None:
-        ref = score_jit(run.ref_params, cfg, prompts, pmask, ro.out.tokens, ro.out.mask)[0]
+    rows = (prompts, pmask, ro.out.tokens, ro.out.mask, config_lib.score_temperature(c))
+    old = ro.out.logprobs if behaviour_is_pi_old(c, ro.plan) else score_jit(params, cfg, *rows)[0]
+    ref = None if run.ref_params is None else score_jit(run.ref_params, cfg, *rows)[0]
     batch = Batch(
         prompts=prompts,
         prompt_mask=pmask,

@@ -26,14 +26,17 @@ def ead(
     d0: float = 25.0,
     k: float = 1.0,
     c: int = 10,
+    first: int = 1,
 ) -> Float[Array, " T"]:
     """Exploratory annealed decoding (seed 003, Sec. 3 and "Global-Step-Aware Decay Rate").
 
-    tau_t = 1 for t < c, else max(1 + tau_max - exp(t / (k d_s)), tau_min), with
-    d_s = min(d0 + 5 s, 40000) at global step s. The paper has k = 1; the authors' public
-    code divides by k = 20 more (slower cooling): both are this function's `k`.
+    The response token at position i (0-based) is the paper's t-th token, t = i + first
+    (first = 1: the paper's "t-th token"). tau_t = 1 for t < c, else
+    max(1 + tau_max - exp(t / (k d_s)), tau_min), with d_s = min(d0 + 5 s, 40000) at global
+    step s. The paper has k = 1; the authors' public code divides by k = 20 more (slower
+    cooling): both are this function's `k`.
     """
-    t = jnp.arange(length, dtype=jnp.float32)
+    t = jnp.arange(length, dtype=jnp.float32) + first
     d_s = jnp.minimum(d0 + 5.0 * jnp.asarray(step, jnp.float32), 40000.0)
     annealed = jnp.maximum(1.0 + tau_max - jnp.exp(t / (k * d_s)), tau_min)
     return jnp.where(t < c, 1.0, annealed)
