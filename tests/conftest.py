@@ -110,10 +110,13 @@ def left_padded_batch(rng: np.random.Generator, lengths, vocab: int, total: int)
 
 
 def run_main(*args, timeout=600):
-    """`python -m explore_rl.main ARGS` in a subprocess on the CPU backend."""
+    """`python -m explore_rl.main ARGS` in a subprocess on the CPU backend; the test
+    modules importable (a custom `reward.fn` of a test)."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    path = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p)
     return subprocess.run(
         [sys.executable, "-m", "explore_rl.main", *args],
-        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=path),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import configs
-from configs import base, controls, eden
+from configs import ase, base, controls, eden
 from explore_rl.exploration import base as exploration
 
 SPECS = {
@@ -19,6 +19,8 @@ SPECS = {
     "eden.py": [f"eden.py:{s}" for s in base.SCALES]
     + [f"eden.py:{a}" for a in eden.ABLATIONS]
     + [f"eden.py:{a},{s}" for a in eden.ABLATIONS for s in base.SCALES],
+    "ase.py": [f"ase.py:{s}" for s in base.SCALES]
+    + [f"ase.py:{a},{s}" for a in ase.ABLATIONS for s in base.SCALES],
     "controls.py": [f"controls.py:{k}" for k in controls.CONTROLS]
     + [f"controls.py:{k},{s}" for k in controls.CONTROLS for s in base.SCALES],
 }
@@ -131,6 +133,28 @@ PAPER_VALUES = [
     ("ead.py:paper", "exploration.ead.c", 10, "seed 003 Sec. 3: c = 10"),
     ("ead.py:paper", "exploration.ead.first_token", 1, "seed 003 Sec. 3: the t-th token"),
     ("ead.py:paper", "exploration.ead.convention", "paper", "seed 003 Sec. 3: k = 1"),
+    # configs/ase.py:paper = seed 001, Sec. 3-4 and App. B-D
+    ("ase.py:paper", "rollout.prompts", 64, "seed 001: batch 64"),
+    ("ase.py:paper", "rollout.group_size", 8, "seed 001 Sec. 4.1: 8 rollouts"),
+    ("ase.py:paper", "optim.lr", 1e-6, "seed 001: learning rate 1e-6"),
+    ("ase.py:paper", "optim.weight_decay", 0.01, "seed 001: AdamW weight decay 0.01"),
+    ("ase.py:paper", "rollout.temperature", 1.0, "seed 001: temperature 1.0"),
+    ("ase.py:paper", "rl.kl_coef", 0.0, "seed 001 App. C.1: no KL loss"),
+    ("ase.py:paper", "rl.entropy_coef", 0.0, "seed 001 App. C.1: no entropy term"),
+    ("ase.py:paper", "rl.eps_high", 0.2, "seed 001 Eq. 10: one clip range"),
+    ("ase.py:paper", "rl.tis_cap", 2.0, "seed 001 App. C.2: c_IS = 2, token level"),
+    ("ase.py:paper", "rl.tis_level", "token", "seed 001 Eq. 9: per response position"),
+    ("ase.py:paper", "exploration.ase.k", 3, "seed 001: K = 3"),
+    ("ase.py:paper", "exploration.ase.alpha", 0.5, "seed 001 Table 12: alpha 0.5"),
+    ("ase.py:paper", "exploration.ase.layer", 0, "seed 001 App. C.2: block 0"),
+    ("ase.py:paper", "exploration.ase.f", 0.25, "seed 001 App. D: f = 0.25"),
+    ("ase.py:paper", "exploration.ase.beta", 0.5, "seed 001 Sec. 3.2: beta 0.5"),
+    ("ase.py:paper", "exploration.ase.d_pca", 64, "seed 001 Sec. 3.2: d_PCA 64"),
+    ("ase.py:paper", "exploration.ase.kmeans_init", 512, "seed 001 App. D: n_init 512"),
+    ("ase.py:paper", "eval.samples", 8, "seed 001 App. B: Mean@8"),
+    ("ase.py:paper", "eval.temperature", 0.6, "seed 001 App. B: temperature 0.6"),
+    ("ase.py:paper", "eval.top_p", 0.95, "seed 001 App. B: top-p 0.95"),
+    ("ase.py:paper", "train.eval_every", 100, "seed 001 App. B: every 100 steps"),
     # the controls (seed 000's same-pipeline controls), at the paper scale
     ("controls.py:temperature,paper", "rollout.temperature", 1.2, "seed 000: T = 1.2"),
     ("controls.py:group,paper", "rollout.group_size", 32, "seed 000: 32 rollouts"),

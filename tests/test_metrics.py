@@ -80,3 +80,12 @@ def test_diversity_measures_by_hand():
     wide = [[9, 8, 7, 6], [5, 4, 3, 2, 1], [1, 2, 3, 4, 5]]
     out = diversity.compare([same, same[:2]], [wide, wide])  # the 2nd prompt: < 3 correct
     assert out["prompts_compared"] == 1 and out["rms_radius_ratio"] > 1
+
+
+def test_answer_disagreement_by_hand():
+    from explore_rl.evaluation.metrics import answer_disagreement
+
+    # 3 pairs, one agreeing ("1", "1"): 2/3; no answer twice agrees with itself: 0
+    assert answer_disagreement([["1", "1", "2"], [None, None]]) == pytest.approx(1 / 3)
+    assert answer_disagreement([["3", None, "4", "5"]]) == 1.0
+    assert math.isnan(answer_disagreement([["1"]]))

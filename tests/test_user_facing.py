@@ -9,7 +9,16 @@ import pytest
 from explore_rl.data import tasks
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
-USER_FACING = ("README.md", "explore_rl", "configs", "data", "launch", "notebooks", "Makefile")
+USER_FACING = (
+    "README.md",
+    "explore_rl",
+    "configs",
+    "data",
+    "docs",
+    "launch",
+    "notebooks",
+    "Makefile",
+)
 SHARED = re.compile(r"\.\./shared|(?<![\w-])shared/(data|peers|seeds|METHODS|DESIGN)")
 
 

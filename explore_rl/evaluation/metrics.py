@@ -7,6 +7,8 @@ correct: [P, n] booleans (question p, sample i). All metrics average over questi
   Eq. 1), computed as a stable product, for every k <= n.
 - Maj@k: majority vote over the first k samples' answers (ties: the answer seen first);
   correct when the voted answer is.
+- Answer disagreement: the fraction of pairs of one question's samples whose final answers
+  differ (ASE, seed 001: how many distinct solutions a group explores).
 """
 
 from __future__ import annotations
@@ -52,3 +54,16 @@ def maj_at_k(answers: Sequence[Sequence[str | None]], correct: np.ndarray, k: in
         winner = next(a for a in row[:k] if a is not None and votes[a] == top)
         hits.append(bool(ok[list(row).index(winner)]))
     return float(np.mean(hits))
+
+
+def answer_disagreement(answers: Sequence[Sequence[str | None]]) -> float:
+    """Mean over questions of the fraction of sample pairs (i < j) with different final
+    answers; "no answer" (None) is one more answer, equal to itself."""
+    fractions = []
+    for row in answers:
+        n = len(row)
+        if n < 2:
+            continue
+        same = sum(c * (c - 1) // 2 for c in Counter(row).values())
+        fractions.append(1.0 - same / (n * (n - 1) // 2))
+    return float(np.mean(fractions)) if fractions else float("nan")

@@ -88,12 +88,11 @@ def init_state(params: dict, optimizer: optax.GradientTransformation) -> TrainSt
     )
 
 
-def score(params: dict, cfg: ModelConfig, prompts, prompt_mask, tokens, mask, temperature=1.0):
-    """log pi(token) and the entropy of pi at each response position, [B, T] each, pi =
-    softmax(logits / temperature) (the score temperature: `LossConfig.score_temperature`)."""
-    q = prompts.shape[0]
-    b, t = tokens.shape
-    g = b // q
+def _continue_prompts(params, cfg, prompts, prompt_mask, inputs, mask, interventions=None):
+    """The decoder over Q prompts (one forward each) and the B = Q x G rows continuing
+    them (row b after prompt b // G, its keys read from the shared prefix): (the prompts'
+    output, the rows' output), no logits."""
+    q, (b, t) = prompts.shape[0], inputs.shape
     prompt_mask = prompt_mask.astype(bool)
     pre = transformer.hidden_states(
         params,
@@ -102,19 +101,37 @@ def score(params: dict, cfg: ModelConfig, prompts, prompt_mask, tokens, mask, te
         transformer.positions_from_mask(prompt_mask),
         prompt_mask,
         transformer.init_cache(cfg, q, prompts.shape[1]),
+        interventions,
     )
-    start = jnp.repeat(jnp.sum(prompt_mask, axis=1), g)[:, None]
-    inputs = tokens[:, :-1]
-    cache = transformer.init_cache(cfg, b, t - 1, prefix=pre.cache)
+    start = jnp.repeat(jnp.sum(prompt_mask, axis=1), b // q)[:, None]
+    cache = transformer.init_cache(cfg, b, t, prefix=pre.cache)
     out = transformer.hidden_states(
-        params, cfg, inputs, start + jnp.arange(t - 1)[None], mask[:, :-1].astype(bool), cache
+        params, cfg, inputs, start + jnp.arange(t)[None], mask.astype(bool), cache, interventions
     )
+    return pre, out
+
+
+def score(params: dict, cfg: ModelConfig, prompts, prompt_mask, tokens, mask, temperature=1.0):
+    """log pi(token) and the entropy of pi at each response position, [B, T] each, pi =
+    softmax(logits / temperature) (the score temperature: `LossConfig.score_temperature`)."""
+    g = tokens.shape[0] // prompts.shape[0]
+    pre, out = _continue_prompts(params, cfg, prompts, prompt_mask, tokens[:, :-1], mask[:, :-1])
     first = jnp.repeat(pre.hidden[:, -1:], g, axis=0)
     logits = transformer.lm_logits(params, cfg, jnp.concatenate([first, out.hidden], axis=1))
     logp_all = jax.nn.log_softmax(logits / temperature, axis=-1)
     logp = jnp.take_along_axis(logp_all, tokens[..., None], axis=-1)[..., 0]
     entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
     return logp, entropy
+
+
+def readout(params: dict, cfg: ModelConfig, prompts, prompt_mask, tokens, mask, layer: int):
+    """Block `layer`'s output at each response token, [B, T, D]: the scoring pass above
+    with response token t as the input at its position, unsteered, stopped after that
+    block (the blocks above it are not run)."""
+    below = {**params, "layers": params["layers"][: layer + 1]}
+    cut = dataclasses.replace(cfg, n_layers=layer + 1)
+    iv = transformer.Interventions(readout_layer=layer)
+    return _continue_prompts(below, cut, prompts, prompt_mask, tokens, mask, iv)[1].readout
 
 
 def group_slice(batch: Batch, m: int, i) -> Batch:

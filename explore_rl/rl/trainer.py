@@ -25,10 +25,11 @@ from tqdm import tqdm
 from explore_rl import config as config_lib
 from explore_rl import memory, parallel
 from explore_rl.checkpoint import Checkpointer
+from explore_rl.evaluation import metrics as metrics_lib
 from explore_rl.evaluation.evaluate import evaluate
 from explore_rl.exploration import base as exploration
 from explore_rl.logs import RunLogger
-from explore_rl.rewards.math import Verifier
+from explore_rl.rewards.math import Verifier, extract_answer
 from explore_rl.rl import advantages as advantages_lib
 from explore_rl.rl import rollout as rollout_lib
 from explore_rl.rl.plan import RolloutPlan, base_plan
@@ -155,11 +156,16 @@ def fill_groups(kept: list, spare: list, q: int) -> tuple[list, int]:
     return kept[:q] + (spare[len(spare) - filled :] if filled else []), filled
 
 
-def rollout_metrics(ro) -> dict:
+def rollout_metrics(ro, extractors) -> dict:
     out, mask = ro.out, np.asarray(ro.out.mask)
     lengths = mask.sum(axis=1)
     ent = np.asarray(out.entropy)
+    g = ro.group_size
+    answers = [extract_answer(t, extractors) for t in ro.texts]
     return {
+        "rollout/answer_disagreement": metrics_lib.answer_disagreement(
+            [answers[i : i + g] for i in range(0, len(answers), g)]
+        ),
         "reward/mean": ro.rewards.mean(),
         "reward/accuracy": ro.correct.mean(),
         "groups/zero_adv_frac": 1.0 - rollout_lib.informative(ro).mean(),
@@ -312,7 +318,7 @@ def train_one_step(run: Run, progress: Progress, step: int):
     t3 = time.perf_counter()
     tokens = int(np.asarray(ro.out.mask).sum())
     metrics = {
-        **rollout_metrics(ro),
+        **rollout_metrics(ro, run.settings.extractors),
         **gen_metrics,
         **explorer_metrics,
         **train_metrics,

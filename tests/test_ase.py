@@ -1,0 +1,352 @@
+"""ASE: routing, the bank estimate (PCA, K-means, Hungarian, EMA), steering, the replayed
+readout, TIS against the steered mu, smoke runs of every ablation, resume, composition."""
+
+import json
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import run_main
+from test_sampler import G, Q, T, tiny  # noqa: F401
+
+from configs import ase as ase_config
+from explore_rl.data.tasks import Problem
+from explore_rl.exploration import ase, base
+from explore_rl.logs import read_metrics
+from explore_rl.models import transformer
+from explore_rl.rl import losses, rollout, trainer
+from explore_rl.rl.plan import base_plan
+from explore_rl.rl.train_step import score
+from explore_rl.sampling.sampler import SamplingConfig, sample
+
+pytestmark = pytest.mark.usefixtures("highest_precision")
+
+PARITY = "test_rewards:parity_of_length"  # mixed outcomes even from a random model
+
+
+def _explorer(**overrides):
+    c = ase_config.get_config("smoke")
+    c.exploration.ase.update(overrides)
+    (ex,) = base.build(c)
+    return ex, c
+
+
+def _banked_state(ex, cfg, rng=0):
+    """A state holding a bank of K random directions (as after one update)."""
+    state = ex.template(types.SimpleNamespace(cfg=cfg))
+    u = jax.random.normal(jax.random.key(rng), state["u"].shape)
+    return {**state, "u": u, "updates": jnp.ones((), jnp.int32)}
+
+
+def _problems(n):
+    return [Problem(f"q{i}", str(i)) for i in range(n)]
+
+
+# ----------------------------------------------------------------------------- routing
+
+
+def test_routes_spread_evenly_with_a_clean_route():
+    np.testing.assert_array_equal(ase.routes(8, 3), [0, 0, 1, 1, 2, 2, 3, 3])
+    assert np.bincount(ase.routes(6, 3)).tolist() == [2, 1, 2, 1]  # as even as possible
+    assert np.bincount(ase.routes(16, 3)).tolist() == [4, 4, 4, 4]
+
+
+def test_an_empty_bank_plans_every_row_clean_and_a_bank_steers_by_route(tiny):  # noqa: F811
+    _, cfg, _, _ = tiny
+    ex, c = _explorer(alpha=0.7)
+    plan = base_plan(Q * G, T, 1.0, _problems(Q))
+    empty = ex.plan(ex.template(types.SimpleNamespace(cfg=cfg)), plan, None, jax.random.key(0))
+    assert empty.interventions is None and empty.route is None
+    state = _banked_state(ex, cfg)
+    p = ex.plan(state, plan, None, jax.random.key(0))
+    route = np.tile(ase.routes(G, 3), Q)
+    np.testing.assert_array_equal(p.route, route)
+    v = np.asarray(ase.unit(state["u"]))
+    expected = np.concatenate([np.zeros((1, v.shape[1])), v])[route] * 0.7
+    np.testing.assert_allclose(np.asarray(p.interventions.steer), expected, rtol=1e-6)
+    assert p.interventions.steer_layer == 0
+    assert ex.eval_plan(state, plan, None) is plan  # evaluation: the plain policy
+
+
+# ----------------------------------------------------------------------------- the bank
+
+
+def _planted(rng, directions, m, scale=3.0):
+    """m pairs: h- random content, h+ = h- + scale x one planted direction + noise."""
+    d = directions.shape[1]
+    labels = rng.integers(0, len(directions), m)
+    neg = rng.standard_normal((m, d))
+    pos = neg + scale * directions[labels] + 0.1 * rng.standard_normal((m, d))
+    return pos.astype(np.float32), neg.astype(np.float32)
+
+
+def test_the_bank_recovers_planted_directions_and_keeps_each_index_on_its_own():
+    rng = np.random.default_rng(0)
+    directions = np.linalg.qr(rng.standard_normal((32, 3)))[0].T  # 3 orthonormal in R^32
+    e = ase.ASE.defaults()
+    e.k, e.d_pca, e.kmeans_init = 3, 16, 4
+    cands, labels = ase.estimate(*_planted(rng, directions, 150), e, rng)
+    u, slot_of = ase.smooth(np.zeros_like(cands), cands, 0.5, first=True, match=True)
+    cos = ase.unit(u) @ directions.T  # [slot, planted]
+    assert (cos.max(axis=1) > 0.95).all()  # every slot is one planted direction
+    owner = cos.argmax(axis=1)
+    assert sorted(owner) == [0, 1, 2]
+    # the same clusters again, planted in permuted order: each slot stays on its direction
+    again, _ = ase.estimate(*_planted(rng, directions[[2, 0, 1]], 150), e, rng)
+    u2, _ = ase.smooth(u, again, 0.5, first=False, match=True)
+    np.testing.assert_array_equal((ase.unit(u2) @ directions.T).argmax(axis=1), owner)
+    assert ((ase.unit(u2) @ directions.T).max(axis=1) > 0.95).all()
+    # shares: each planted cluster holds about a third of the pairs
+    assert np.allclose(np.bincount(labels) / 150, 1 / 3, atol=0.1)
+
+
+def test_hungarian_ema_and_normalisation_by_hand():
+    prev = np.array([[1.0, 0.0], [0.0, 2.0]])
+    cands = np.array([[0.0, 4.0], [2.0, 0.0]])  # the same directions, swapped
+    u, slot_of = ase.smooth(prev, cands, 0.5, first=False, match=True)
+    np.testing.assert_array_equal(slot_of, [1, 0])
+    np.testing.assert_allclose(u, [[1.5, 0.0], [0.0, 3.0]])  # 0.5 old + 0.5 matched
+    np.testing.assert_allclose(ase.unit(u), [[1.0, 0.0], [0.0, 1.0]])
+    unmatched, _ = ase.smooth(prev, cands, 0.5, first=False, match=False)  # the ablation
+    np.testing.assert_allclose(unmatched, [[0.5, 2.0], [1.0, 1.0]])
+    first, slot_of = ase.smooth(np.zeros((2, 2)), cands, 0.5, first=True, match=True)
+    np.testing.assert_array_equal(first, cands)  # the first update takes them as they are
+    no_ema, _ = ase.smooth(prev, cands, 0.0, first=False, match=True)
+    np.testing.assert_allclose(no_ema, cands[[1, 0]])
+
+
+def test_the_direction_ablations():
+    rng = np.random.default_rng(1)
+    directions = np.eye(3, 16)
+    pos, neg = _planted(rng, directions, 60)
+    e = ase.ASE.defaults()
+    e.k, e.d_pca, e.kmeans_init = 3, 8, 2
+    plain, labels = ase.estimate(pos, neg, e, np.random.default_rng(5))
+    e.directions = "reversed"
+    reversed_, _ = ase.estimate(pos, neg, e, np.random.default_rng(5))
+    np.testing.assert_allclose(reversed_, -plain, rtol=1e-6)
+    e.directions = "random"
+    random_, _ = ase.estimate(pos, neg, e, np.random.default_rng(5))
+    np.testing.assert_allclose(
+        np.linalg.norm(random_, axis=1), np.linalg.norm(plain, axis=1), rtol=1e-5
+    )  # norm-matched
+    assert np.abs(ase.unit(random_) @ directions.T).max() < 0.8  # not the planted ones
+    e.directions = "shuffled"
+    shuffled, _ = ase.estimate(pos, neg, e, np.random.default_rng(5))
+    # = the plain estimate of the pairs with h+ and h- swapped where a coin said so
+    rng = np.random.default_rng(5)
+    swap = (rng.random(len(pos)) < 0.5)[:, None]
+    assert 0 < swap.mean() < 1
+    e.directions = "contrast"
+    expected, _ = ase.estimate(np.where(swap, neg, pos), np.where(swap, pos, neg), e, rng)
+    np.testing.assert_allclose(shuffled, expected, rtol=1e-6)
+
+
+def test_pairing_and_the_buffer():
+    correct = np.array([[1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 1]], bool)
+    pairs = ase.pair_rollouts(correct, np.random.default_rng(0))
+    assert len(pairs) == 1 + 1  # min(|P|, |N|) per mixed group; none from the solved one
+    assert all(correct.reshape(-1)[p] and not correct.reshape(-1)[n] for p, n in pairs)
+    assert pairs[0].tolist() == [0, pairs[0][1]] and pairs[1][1] == 10
+    state = {"pos": np.zeros((3, 2)), "neg": np.zeros((3, 2)), "count": np.int32(0)}
+    state.update(ase.append(state, np.ones((2, 2)), -np.ones((2, 2))))
+    state.update(ase.append(state, 2 * np.ones((2, 2)), -2 * np.ones((2, 2))))
+    assert int(state["count"]) == 3  # capacity 3: the oldest pair left
+    np.testing.assert_array_equal(np.asarray(state["pos"])[:, 0], [1, 2, 2])
+
+
+# ----------------------------------------------------------------------------- steering
+
+
+def test_a_steered_block_output_moves_by_exactly_alpha_v(tiny):  # noqa: F811
+    params, cfg, prompts, pmask = tiny
+    v = np.asarray(ase.unit(jax.random.normal(jax.random.key(2), (Q, cfg.d_model))))
+    pos = transformer.positions_from_mask(pmask)
+    for layer in (0, 1):
+        iv = transformer.Interventions(readout_layer=layer)
+        clean = transformer.forward(params, cfg, prompts, pos, pmask, interventions=iv)
+        steered = transformer.forward(
+            params,
+            cfg,
+            prompts,
+            pos,
+            pmask,
+            interventions=iv.replace(steer=0.5 * jnp.asarray(v), steer_layer=layer),
+        )
+        # the steered output is the clean one plus alpha v, to the bit (one float32 add)
+        expected = np.asarray(clean.readout) + (0.5 * v[:, None]).astype(np.float32)
+        np.testing.assert_array_equal(np.asarray(steered.readout), expected)
+
+
+def _sample_plan(params, cfg, prompts, pmask, plan, key=7):
+    prompt_of, rows = rollout.prefill_layout(Q, Q * G, plan.route)
+    return sample(
+        params,
+        cfg,
+        prompts[prompt_of],
+        pmask[prompt_of],
+        jax.random.key(key),
+        plan.temperature,
+        SamplingConfig(T),
+        plan.interventions,
+        None if rows is None else jnp.asarray(rows),
+    )
+
+
+def test_clean_route_rows_sample_exactly_as_without_ase_and_tis_uses_the_steered_mu(
+    tiny,  # noqa: F811
+):
+    params, cfg, prompts, pmask = tiny
+    ex, _ = _explorer(alpha=2.0, layer=1)
+    plan = base_plan(Q * G, T, 1.0, _problems(Q))
+    steered_plan = ex.plan(_banked_state(ex, cfg), plan, None, jax.random.key(0))
+    plain = _sample_plan(params, cfg, prompts, pmask, plan)
+    r = _sample_plan(params, cfg, prompts, pmask, steered_plan)
+    route = np.asarray(steered_plan.route)
+    clean, m = route == 0, np.asarray(r.mask)
+    np.testing.assert_array_equal(np.asarray(r.tokens)[clean], np.asarray(plain.tokens)[clean])
+    # mu to float rounding: the routed layout reads its prompt keys through a per-row
+    # gather, a different summation order from the plain group-shared path (~2e-6)
+    np.testing.assert_allclose(
+        np.asarray(r.logprobs)[clean], np.asarray(plain.logprobs)[clean], atol=1e-5
+    )
+    assert (np.asarray(r.tokens)[~clean] != np.asarray(plain.tokens)[~clean]).any()
+
+    # mu of a steered row: the steered policy's log-prob (full forward with the vector)
+    b = int(np.flatnonzero(route == 3)[0])
+    p = np.asarray(prompts[b // G])[np.asarray(pmask[b // G])]
+    seq = jnp.asarray(np.concatenate([p, np.asarray(r.tokens[b])]))[None]
+    iv = transformer.Interventions(steer=steered_plan.interventions.steer[b : b + 1], steer_layer=1)
+    logits = transformer.forward(
+        params, cfg, seq, jnp.arange(seq.shape[1])[None], jnp.ones_like(seq, bool), interventions=iv
+    ).logits[0][len(p) - 1 : -1]
+    mu_ref = np.asarray(jax.nn.log_softmax(logits))[np.arange(T), np.asarray(r.tokens[b])]
+    np.testing.assert_allclose(np.asarray(r.logprobs[b])[m[b]], mu_ref[m[b]], atol=1e-5)
+
+    # TIS: w = min(2, pi_old / mu) with pi_old the clean policy on the same tokens
+    old, _ = score(params, cfg, prompts, pmask, r.tokens, r.mask)
+    w = np.minimum(2.0, np.exp(np.asarray(old) - np.asarray(r.logprobs)))
+    np.testing.assert_allclose(w[clean][m[clean]], 1.0, atol=1e-5)  # clean rows: mu = pi_old
+    assert (np.abs(w[~clean][m[~clean]] - 1.0) > 1e-3).any()
+    adv = jnp.linspace(-1.0, 1.0, Q * G)
+    x = losses.LossInputs(old, old, adv, r.mask, behaviour_logp=r.logprobs)
+    _, metrics = losses.policy_loss(losses.LossConfig(tis_cap=2.0), x)
+    np.testing.assert_allclose(float(metrics["tis/mean"]), w[m].mean(), rtol=1e-5)
+    np.testing.assert_allclose(float(metrics["tis/clipped_frac"]), (w[m] >= 2.0).mean())
+
+
+@pytest.mark.parametrize("position", ["fraction", "mean"])
+def test_the_replayed_readout_equals_a_full_forward(tiny, position):  # noqa: F811
+    params, cfg, prompts, pmask = tiny
+    ex, _ = _explorer(layer=1, f=0.4, position=position)
+    tokens = jax.random.randint(jax.random.key(3), (Q * G, T), 1, cfg.vocab_size)
+    lengths = np.array([8, 5, 1, 3, 8, 2, 7, 6, 4, 8, 3, 5])  # one row per length kind
+    mask = jnp.asarray(np.arange(T)[None] < lengths[:, None])
+    correct = np.zeros((Q, G), bool)
+    correct[:, 0] = correct[1, 2] = True
+    ro = types.SimpleNamespace(
+        prompts=np.asarray(prompts),
+        prompt_mask=np.asarray(pmask),
+        out=types.SimpleNamespace(tokens=tokens, mask=mask),
+        rewards=correct.astype(np.float32),
+    )
+    pairs = ase.pair_rollouts(correct, np.random.default_rng(0))
+    ctx = types.SimpleNamespace(params=params, cfg=cfg)
+    h_pos, h_neg = ex.replay(ctx, ro, pairs)
+    for (row_p, row_n), hp, hn in zip(pairs, h_pos, h_neg):
+        for row, h in ((row_p, hp), (row_n, hn)):
+            p = np.asarray(prompts[row // G])[np.asarray(pmask[row // G])]
+            n = int(lengths[row])
+            seq = jnp.asarray(np.concatenate([p, np.asarray(tokens[row])[:n]]))[None]
+            full = transformer.forward(
+                params,
+                cfg,
+                seq,
+                jnp.arange(seq.shape[1])[None],
+                jnp.ones_like(seq, bool),
+                interventions=transformer.Interventions(readout_layer=1),
+            ).readout[0, len(p) :]
+            ref = full[int(np.floor(0.4 * n))] if position == "fraction" else full.mean(axis=0)
+            ref = np.asarray(ref)  # float32 rounding relative to the vector's scale (~40)
+            np.testing.assert_allclose(h, ref, atol=2e-6 * np.abs(ref).max())
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+def _smoke(arg="smoke", steps=3):
+    c = ase_config.get_config(arg)
+    c.reward.fn = PARITY
+    c.train.steps, c.train.eval_every, c.train.checkpoint_every = steps, 0, 2
+    return c
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ablation", [None, *sorted(ase_config.ABLATIONS)])
+def test_smoke_and_every_ablation_train(ablation, tmp_path):
+    c = _smoke("smoke" if ablation is None else f"{ablation},smoke")
+    progress = trainer.train(c, str(tmp_path))
+    rows = read_metrics(str(tmp_path))
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    if ablation == "unstructured":  # every row steered from the first step, no bank
+        assert all("ase/route0/reward" in r and "ase/route3/reward" in r for r in rows)
+        assert int(progress.explorers["ase"]["updates"]) == 0
+        return
+    assert "ase/route1/reward" not in rows[0]  # no bank yet: every row clean
+    built = next(i for i, r in enumerate(rows) if r["ase/updates"] >= 1)  # 3 pairs needed
+    assert "ase/share_0" in rows[built] and built < 2
+    assert "ase/route3/accuracy" in rows[built + 1]  # the next step steers with it
+    assert all(r["tis/mean"] > 0 for r in rows[built + 1 :])
+    u = np.asarray(progress.explorers["ase"]["u"])
+    assert np.isfinite(u).all() and (np.linalg.norm(u, axis=1) > 0).all()
+
+
+@pytest.mark.slow
+def test_the_bank_and_buffer_survive_an_exact_resume(tmp_path):
+    straight = trainer.train(_smoke(steps=4), str(tmp_path / "a"))
+    trainer.train(_smoke(steps=2), str(tmp_path / "b"))
+    resumed = trainer.train(_smoke(steps=4), str(tmp_path / "b"))
+    assert int(straight.explorers["ase"]["updates"]) >= 2
+    for x, y in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.slow
+def test_ase_composes_with_ead_through_the_cli(tmp_path):
+    out = run_main(
+        "--config=configs/ase.py:smoke",
+        f"--workdir={tmp_path}",
+        "--config.exploration.methods=('ase', 'ead')",
+        f"--config.reward.fn={PARITY}",
+        "--config.train.steps=4",
+        "--config.train.eval_every=0",
+        "--config.rollout.max_new_tokens=16",  # EAD anneals from the 10th token
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = read_metrics(str(tmp_path))
+    built = next(i for i, r in enumerate(rows) if r["ase/updates"] >= 1)
+    assert "ase/route3/reward" in rows[built + 1]  # steered after the first bank update
+    assert all(r["rollout/temperature"] < 1.0 and r["tis/mean"] > 0 for r in rows)  # EAD
+    written = json.load(open(tmp_path / "config.json"))["exploration"]
+    assert written["methods"] == ["ase", "ead"] and written["ead"]["tau_max"] == 1.2
+
+
+def test_config_errors_name_the_field():
+    for field, value, message in [
+        ("k", 0, "k=0"),
+        ("directions", "sideways", "directions='sideways'"),
+        ("min_pairs", 2, "min_pairs=2: K-means needs >= k=3"),
+        ("f", 1.0, "f=1.0: must be in"),
+    ]:
+        with pytest.raises(ValueError, match=f"config: exploration.ase.{message}"):
+            _explorer(**{field: value})
+    c = ase_config.get_config("smoke")
+    c.exploration.methods = ("eden", "ase")  # different fields: they compose
+    c.exploration.eden = base.get("eden").defaults()
+    c.exploration.eden.noisy = 1
+    assert [ex.name for ex in base.build(c)] == ["eden", "ase"]
+    ex, _ = _explorer(layer=5)
+    with pytest.raises(ValueError, match="layer=5: the model has blocks 0..1"):
+        ex.template(types.SimpleNamespace(cfg=types.SimpleNamespace(d_model=8, n_layers=2)))
