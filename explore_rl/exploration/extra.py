@@ -1,0 +1,366 @@
+"""ExTra: a correctness-gated novelty reward and entropy-guided prefix regeneration
+(seed 002).
+
+Novelty (ExTra-N, every step). Each correct response is embedded (all-MiniLM-L6-v2 in
+JAX, `models/minilm.py`; or 4-gram vectors, or the policy's mean-pooled last hidden state)
+and compared with its problem's memory Phi(x): the embeddings of the `memory` most recent
+correct responses to that problem (keyed by `Problem.id`; default G) plus its current
+correct siblings. r_int = 1[correct] (1 - max_{z' in Phi} cos(z, z')) (seed 002, Sec. 4.1);
+a correct response with an empty Phi (the first one ever seen for its problem, alone in
+its group) gets 1 (ours). It enters the advantage after GRPO's normalisation,
+A = A_GRPO + gamma r_int (the paper), or as a reward before it (`novelty_at = "before"`:
+the public code's default). The step's correct embeddings then join the memory.
+
+Prefix regeneration (ExTra-R, from step `warmup` on). A problem is hard when its pass rate
+is <= 1/G (`hard = "pass_rate"`, the public code) or when every rollout failed
+(`"all_incorrect"`, the paper's App. B.5). From a hard group's rollout with the lowest mean
+token entropy (entropies of the sampling policy at temperature 1, from the sampler), the
+cut points are the tokens that end a line; walking from the start, a cut is kept when it is
+at least `min_gap` tokens after the last kept one (or the response start: ours, the paper
+says "merge cuts less than 32 tokens apart"); the last kept cut is dropped (its prefix is
+almost the whole failed response); at most `max_cuts` evenly spaced ones remain. A cut's
+score is the mean token entropy (MTE) of the response up to and including it. Each cut's
+prefix joins the problem's prefix memory (at most `max_prefixes`, the oldest leave first)
+with its embedding; the scores are smoothed over that memory, h~ = softmax(E E^T / tau) h
+(tau = 0.1, the paper; the authors' scripts used 1.0), and the prefix with the lowest h~
+is chosen. The guided prompt (the problem with the chosen prefix in the assistant turn) is
+pushed to a FIFO queue (at most `queue`, the oldest dropped) and replaces the tail of a
+later batch as its own group: at most `guided_frac` of the batch's groups (ours). A guided
+group is rewarded on prefix + response against its *own* problem's answer (the public
+code scores it against the answer of the problem it displaced: not copied), and the
+update scores the response tokens only (the prefix is prompt). Guided groups are not
+themselves mined for prefixes. `clamp_guided` floors guided rows' advantages at 0.
+
+Memories and the queue are host state (`hoststate.HostState`), saved with each checkpoint;
+embeddings are stored as float16. With dynamic sampling, the refill batches of one step
+take the same queue head; the step consumes it once.
+
+Variants (configs/extra.py): ExTra-N (`regen = False`), ExTra-R (`novelty = False`),
+ExTra (both).
+
+    python -m explore_rl.main --config configs/extra.py:demo --workdir runs/extra
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import time
+import zlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from ml_collections import ConfigDict
+
+from explore_rl.data.tasks import Problem
+from explore_rl.exploration.base import Explorer, Shaped, StepContext, register
+from explore_rl.hoststate import HostState
+from explore_rl.rl.plan import RolloutPlan
+from explore_rl.rl.train_step import readout
+
+FEATURES = ("minilm", "ngram", "hidden")
+NGRAM_DIM = 4096  # hashed 4-gram buckets
+
+
+@register("extra")
+class ExTra(Explorer):
+    replaces_prompts = True
+
+    def __init__(self, config: ConfigDict, run_config: ConfigDict):
+        super().__init__(config, run_config)
+        self._encoder = None  # built on first use (loading MiniLM takes ~0.5 s)
+        self._ends_line: dict[int, bool] = {}  # token id -> does its text hold a line break
+
+    @staticmethod
+    def defaults() -> ConfigDict:
+        c = ConfigDict()
+        c.novelty = True  # ExTra-N: the correctness-gated novelty reward
+        c.regen = True  # ExTra-R: entropy-guided prefix regeneration
+        c.gamma = 1.0  # novelty coefficient; seed 002, App. B: 1.0
+        c.novelty_at = "after"  # after GRPO's normalisation (the paper) | before (the code)
+        c.memory = 0  # correct responses remembered per problem; 0 = G (seed 002: 6 = G)
+        c.features = "minilm"  # novelty features: minilm | ngram | hidden (policy state)
+        c.encoder = "embedded"  # all-MiniLM-L6-v2 of the wheel, or a sentence-transformers dir
+        c.last_tokens = 0  # embed only a response's last N tokens (the code: 512); 0 = all
+        c.warmup = 30  # T_warm: steps before regeneration starts; seed 002, App. B.5: 30
+        c.hard = "pass_rate"  # pass_rate (<= 1/G, the code) | all_incorrect (the paper)
+        c.min_gap = 32  # tokens between kept cut points
+        c.max_cuts = 15  # cut points kept per response, evenly spaced
+        c.max_prefixes = 128  # prefixes remembered per problem; seed 002, App. B.5: 128
+        c.tau = 0.1  # smoothing temperature; seed 002, App. B: 0.1 (its scripts: 1.0)
+        c.queue = 4096  # guided prompts waiting; seed 002, App. B.5: 4,096
+        c.guided_frac = 0.5  # most of a batch's groups that guided prompts replace (ours)
+        c.clamp_guided = False  # guided rows' advantages floored at 0
+        return c
+
+    def check(self) -> None:
+        e = self.config
+        _require(e.novelty or e.regen, "novelty and regen are both off: nothing to do")
+        _require(e.novelty_at in ("after", "before"), f"novelty_at={e.novelty_at!r}")
+        _require(e.features in FEATURES, f"features={e.features!r}: allowed {FEATURES}")
+        _require(e.hard in ("pass_rate", "all_incorrect"), f"hard={e.hard!r}")
+        _require(e.memory >= 0 and e.gamma >= 0, "memory and gamma must be >= 0")
+        _require(e.tau > 0, f"tau={e.tau}: must be > 0")
+        _require(e.min_gap >= 1 and e.max_cuts >= 1, "min_gap and max_cuts must be >= 1")
+        _require(e.max_prefixes >= 1 and e.queue >= 1, "max_prefixes and queue must be >= 1")
+        _require(0 <= e.guided_frac <= 1, f"guided_frac={e.guided_frac}: must be in [0, 1]")
+
+    # ------------------------------------------------------------------ state
+
+    def init(self, ctx: StepContext):
+        return {
+            "pushed": jnp.zeros((), jnp.int32),  # guided prompts pushed so far
+            "host": HostState({"correct": {}, "prefixes": {}, "queue": []}),
+        }
+
+    # ------------------------------------------------------------------ plan
+
+    def plan(self, state, plan: RolloutPlan, ctx: StepContext, rng) -> RolloutPlan:
+        """The queue's oldest guided prompts replace the batch's last groups."""
+        q = len(plan.problems)
+        b = plan.temperature.shape[0]
+        queue = state["host"].data["queue"]
+        k = min(len(queue), int(self.config.guided_frac * q)) if self.config.regen else 0
+        guided = [Problem(e["question"], e["answer"], tuple(e["prefix"])) for e in queue[:k]]
+        rows = np.zeros(b, bool)
+        rows[(q - k) * (b // q) :] = True
+        info = {**plan.info, self.name: {"guided": rows}}
+        return plan.replace(problems=plan.problems[: q - k] + guided, info=info)
+
+    # ------------------------------------------------------------------ rewards and shape
+
+    def rewards(self, state, rollouts, rewards: np.ndarray, ctx: StepContext) -> np.ndarray:
+        e = self.config
+        if not e.novelty or e.novelty_at != "before":
+            return rewards
+        r_int, _ = self.novelty(state, rollouts, ctx)
+        return rewards + e.gamma * r_int.reshape(rewards.shape)
+
+    def shape(self, state, rollouts, advantages, weights, ctx: StepContext) -> Shaped:
+        e = self.config
+        data = dict(state["host"].data)
+        guided = np.asarray(rollouts.plan.info[self.name]["guided"])
+        metrics = {"guided_rows": float(guided.sum())}
+        if guided.any():
+            metrics["guided_solve_rate"] = float(rollouts.correct.reshape(-1)[guided].mean())
+        t0 = time.perf_counter()
+        if e.novelty:
+            r_int, embeddings = self.novelty(state, rollouts, ctx)
+            correct = rollouts.correct.reshape(-1)
+            if e.novelty_at == "after":
+                advantages = advantages + e.gamma * r_int
+            if correct.any():
+                metrics["novelty_mean"] = float(r_int[correct].mean())
+            data["correct"] = self._remember(data["correct"], rollouts, embeddings)
+        metrics["encoder_s"] = time.perf_counter() - t0
+        if e.clamp_guided:
+            advantages = np.where(guided, np.maximum(advantages, 0.0), advantages)
+        # the batch's guided groups came from the queue's head (distinct ones: a DAPO
+        # refill batch takes the same head again)
+        taken = {
+            (p.id, p.prefix) for p, g in zip(rollouts.problems, guided[:: rollouts.group_size]) if g
+        }
+        queue = data["queue"][len(taken) :]
+        pushed = int(state["pushed"])
+        if e.regen and ctx.step >= e.warmup:
+            t0 = time.perf_counter()
+            fresh, data["prefixes"], found = self.regenerate(
+                data["prefixes"], rollouts, guided, ctx
+            )
+            queue = (queue + fresh)[-e.queue :]
+            pushed += len(fresh)
+            metrics.update(found, prefix_s=time.perf_counter() - t0)
+        data["queue"] = queue
+        metrics["queue"] = len(queue)
+        state = {"pushed": jnp.asarray(pushed, jnp.int32), "host": HostState(data)}
+        return Shaped(advantages.astype(np.float32), weights, state, metrics)
+
+    # ------------------------------------------------------------------ novelty
+
+    def novelty(self, state, rollouts, ctx: StepContext):
+        """(r_int [B], the rows' embeddings [B, F]) against each problem's memory."""
+        g = rollouts.group_size
+        correct = rollouts.correct.reshape(-1)
+        z = self.features(rollouts, ctx)
+        memory = state["host"].data["correct"]
+        r_int = np.zeros(len(correct), np.float32)
+        for i, problem in enumerate(rollouts.problems):
+            rows = np.arange(i * g, (i + 1) * g)
+            stored = [unpack(s) for s in memory.get(problem.id, [])]
+            r_int[rows] = novelty_reward(z[rows], correct[rows], np.asarray(stored, np.float32))
+        return r_int, z
+
+    def features(self, rollouts, ctx: StepContext) -> np.ndarray:
+        e = self.config
+        tokens, mask = np.asarray(rollouts.out.tokens), np.asarray(rollouts.out.mask)
+        if e.features == "hidden":
+            return np.asarray(
+                _mean_hidden(
+                    ctx.params,
+                    ctx.cfg,
+                    jnp.asarray(rollouts.prompts),
+                    jnp.asarray(rollouts.prompt_mask),
+                    jnp.asarray(tokens),
+                    jnp.asarray(mask),
+                )
+            )
+        rows = [t[m] for t, m in zip(tokens, mask)]
+        if e.last_tokens:
+            rows = [r[-e.last_tokens :] for r in rows]
+        if e.features == "ngram":
+            return np.stack([ngram_vector(r) for r in rows])
+        texts = rollouts.texts if not e.last_tokens else [ctx.tok.decode(list(r)) for r in rows]
+        return self.encoder.embed(list(texts))
+
+    @property
+    def encoder(self):
+        if self._encoder is None:
+            from explore_rl.models import minilm
+
+            self._encoder = minilm.load(self.config.encoder)
+        return self._encoder
+
+    def _remember(self, memory: dict, rollouts, z: np.ndarray) -> dict:
+        """Each problem's most recent correct embeddings, the step's appended."""
+        memory, g = dict(memory), rollouts.group_size
+        size = self.config.memory or g
+        correct = rollouts.correct.reshape(-1)
+        for i, problem in enumerate(rollouts.problems):
+            new = [pack(z[j]) for j in range(i * g, (i + 1) * g) if correct[j]]
+            if new:
+                memory[problem.id] = (memory.get(problem.id, []) + new)[-size:]
+        return memory
+
+    # ------------------------------------------------------------------ regeneration
+
+    def regenerate(self, prefixes: dict, rollouts, guided: np.ndarray, ctx: StepContext):
+        """(new guided prompts for the queue, the prefix memories, metrics)."""
+        e, g = self.config, rollouts.group_size
+        tokens, mask = np.asarray(rollouts.out.tokens), np.asarray(rollouts.out.mask)
+        entropy = np.asarray(rollouts.out.entropy)
+        prefixes, fresh, chosen, random_mte = dict(prefixes), [], [], []
+        rng = np.random.default_rng([ctx.step, 2])
+        hard = 0
+        for i, problem in enumerate(rollouts.problems):
+            rows = np.arange(i * g, (i + 1) * g)
+            if guided[rows[0]] or not is_hard(rollouts.correct[i], e.hard):
+                continue
+            hard += 1
+            mte = [entropy[r][mask[r]].mean() if mask[r].any() else np.inf for r in rows]
+            r = rows[int(np.argmin(mte))]
+            resp, ent = tokens[r][mask[r]], entropy[r][mask[r]]
+            cuts = select_cuts(np.flatnonzero(self.ends_line(ctx.tok, resp)), e.min_gap, e.max_cuts)
+            if not len(cuts):
+                continue
+            scores = [float(ent[: c + 1].mean()) for c in cuts]
+            texts = [ctx.tok.decode(list(resp[: c + 1])) for c in cuts]
+            z = self.prefix_features(texts, [resp[: c + 1] for c in cuts])
+            entries = prefixes.get(problem.id, []) + [
+                {"tokens": resp[: c + 1].tolist(), "mte": s, "z": pack(v)}
+                for c, s, v in zip(cuts, scores, z)
+            ]
+            entries = entries[-e.max_prefixes :]
+            prefixes[problem.id] = entries
+            smoothed = smooth_scores(
+                np.stack([unpack(x["z"]) for x in entries]),
+                np.asarray([x["mte"] for x in entries]),
+                e.tau,
+            )
+            best = entries[int(np.argmin(smoothed))]
+            chosen.append(best["mte"])
+            random_mte.append(scores[int(rng.integers(len(scores)))])
+            fresh.append(
+                {"question": problem.question, "answer": problem.answer, "prefix": best["tokens"]}
+            )
+        metrics = {"hard": hard, "pushed": len(fresh)}
+        if chosen:
+            metrics.update(mte_chosen=float(np.mean(chosen)), mte_random=float(np.mean(random_mte)))
+        return fresh, prefixes, metrics
+
+    def prefix_features(self, texts: list[str], tokens: list[np.ndarray]) -> np.ndarray:
+        """Prefix embeddings for the smoothing: 4-gram vectors with `features = "ngram"`,
+        MiniLM otherwise (the paper's)."""
+        if self.config.features == "ngram":
+            return np.stack([ngram_vector(t) for t in tokens])
+        return self.encoder.embed(texts)
+
+    def ends_line(self, tok, ids: np.ndarray) -> np.ndarray:
+        """Per token of `ids`: whether its text contains a line break (decoded once per id)."""
+        for i in set(ids.tolist()) - self._ends_line.keys():
+            self._ends_line[i] = "\n" in tok.decode([i])
+        return np.asarray([self._ends_line[i] for i in ids.tolist()], bool)
+
+
+# ----------------------------------------------------------------------------- pieces
+
+
+def novelty_reward(z: np.ndarray, correct: np.ndarray, stored: np.ndarray) -> np.ndarray:
+    """r_int of a group's rows (seed 002, Sec. 4.1): 1[correct] (1 - max cos(z, Phi)),
+    Phi = the stored embeddings and the other correct rows of the group; 1 when Phi is
+    empty. Rows of z are unit vectors."""
+    out = np.zeros(len(z), np.float32)
+    for j in np.flatnonzero(correct):
+        siblings = z[[k for k in np.flatnonzero(correct) if k != j]]
+        phi = np.concatenate([stored.reshape(-1, z.shape[1]), siblings])
+        out[j] = 1.0 - float(np.max(phi @ z[j])) if len(phi) else 1.0
+    return out
+
+
+def is_hard(correct: np.ndarray, rule: str) -> bool:
+    if rule == "all_incorrect":
+        return not correct.any()
+    return correct.mean() <= 1.0 / len(correct)
+
+
+def select_cuts(cuts: np.ndarray, min_gap: int, max_cuts: int) -> np.ndarray:
+    """Cut positions (the index of the line-ending token): each kept cut at least min_gap
+    tokens after the previous kept one (the first, after the response start), the last
+    dropped, at most max_cuts evenly spaced."""
+    kept, last = [], -1
+    for c in cuts:
+        if c - last >= min_gap:
+            kept.append(int(c))
+            last = c
+    kept = kept[:-1]
+    if len(kept) > max_cuts:
+        kept = [kept[i] for i in np.linspace(0, len(kept) - 1, max_cuts).round().astype(int)]
+    return np.asarray(kept, np.int64)
+
+
+def smooth_scores(z: np.ndarray, h: np.ndarray, tau: float) -> np.ndarray:
+    """h~ = softmax(Z Z^T / tau) h, row-wise softmax (seed 002, Sec. 4.3)."""
+    logits = z @ z.T / tau
+    w = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return (w / w.sum(axis=1, keepdims=True)) @ h
+
+
+def ngram_vector(tokens: np.ndarray, n: int = 4) -> np.ndarray:
+    """A unit vector of hashed token n-gram counts (zero for fewer than n tokens)."""
+    v = np.zeros(NGRAM_DIM, np.float32)
+    for i in range(len(tokens) - n + 1):
+        v[zlib.crc32(np.asarray(tokens[i : i + n], np.int64).tobytes()) % NGRAM_DIM] += 1.0
+    norm = np.linalg.norm(v)
+    return v / norm if norm else v
+
+
+def pack(v: np.ndarray) -> str:
+    """An embedding as JSON-able text (float16, base64)."""
+    return base64.b64encode(np.asarray(v, np.float16).tobytes()).decode()
+
+
+def unpack(s: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(s), np.float16).astype(np.float32)
+
+
+@functools.partial(jax.jit, static_argnames="cfg")
+def _mean_hidden(params, cfg, prompts, prompt_mask, tokens, mask):
+    """The policy's last block output, averaged over each response, unit rows."""
+    h = readout(params, cfg, prompts, prompt_mask, tokens, mask, cfg.n_layers - 1)
+    h = jnp.sum(jnp.where(mask[..., None], h.astype(jnp.float32), 0.0), axis=1)
+    return h / jnp.maximum(jnp.linalg.norm(h, axis=-1, keepdims=True), 1e-12)
+
+
+def _require(ok: bool, message: str):
+    if not ok:
+        raise ValueError(f"config: exploration.extra.{message}")

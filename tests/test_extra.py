@@ -1,0 +1,280 @@
+"""ExTra: the JAX MiniLM against sentence-transformers, the novelty reward, the prefix rule
+and its smoothing by hand, guided prompts through the trainer (their own answers, no loss
+on the prefix), resume of memories and queue, every variant's smoke run, EAD composition."""
+
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import run_main
+
+from configs import extra as extra_config
+from explore_rl.exploration import extra
+from explore_rl.hoststate import HostState
+from explore_rl.logs import read_metrics
+from explore_rl.models import minilm, transformer
+from explore_rl.rewards.math import Verifier
+from explore_rl.rl import trainer
+from explore_rl.rl.train_step import score
+
+PARITY = "test_rewards:parity_of_length"
+SENTENCES = [
+    "We add 3 and 4 to get 7, so the answer is \\boxed{7}.",
+    "Adding four to three gives seven.",
+    "The cat sat quietly on the warm mat.",
+    "x" * 3000,  # truncated at 256 word pieces
+]
+
+
+def answer_is_100(response, problem):
+    """A reward that reads only the problem: 1 for problems whose answer is "100" (no sum
+    of the smoke task's 1-digit numbers is)."""
+    return float(problem.answer == "100")
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    return minilm.load()
+
+
+def test_minilm_matches_sentence_transformers(encoder):
+    st = pytest.importorskip("sentence_transformers")
+    ref = st.SentenceTransformer(minilm.embedded_path(), device="cpu").encode(
+        SENTENCES, normalize_embeddings=True
+    )
+    z = encoder.embed(SENTENCES)
+    assert z.shape == (4, 384)
+    assert (np.sum(z * ref, axis=1) > 0.999).all()
+
+
+def test_minilm_is_stable_and_cached(encoder):
+    z = encoder.embed(SENTENCES)
+    np.testing.assert_allclose(np.linalg.norm(z, axis=1), 1.0, rtol=1e-5)
+    again = minilm.load().embed(SENTENCES[::-1])[::-1]  # a fresh encoder, another batch
+    np.testing.assert_allclose(again, z, atol=1e-6)
+    assert SENTENCES[0] in encoder.cache
+    sim = z @ z.T
+    assert sim[0, 1] > sim[0, 2]  # the two sums are closer than the cat
+
+
+def test_novelty_reward_by_hand():
+    theta = 0.3
+    z = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    stored = np.array([[math.cos(theta), math.sin(theta)]])
+    r = extra.novelty_reward(z[:1], np.array([True]), stored)
+    assert r[0] == pytest.approx(1 - math.cos(theta))  # 1 - cos of a hand-made pair
+    r = extra.novelty_reward(z, np.array([True, False, True]), np.zeros((0, 2)))
+    assert r[1] == 0.0  # incorrect rows get nothing
+    assert r[0] == pytest.approx(0.0) and r[2] == pytest.approx(0.0)  # duplicate siblings
+    dup = extra.novelty_reward(z[1:2], np.array([True]), z[1:2])
+    assert dup[0] == pytest.approx(0.0)  # an exact duplicate of a stored response
+    assert extra.novelty_reward(z[:1], np.array([True]), np.zeros((0, 2)))[0] == 1.0  # no Phi
+
+
+def test_the_prefix_rule_on_a_hand_built_response():
+    # line breaks at these token positions: merged when < 32 apart, the last dropped
+    cuts = extra.select_cuts(np.array([3, 10, 40, 45, 80, 150, 200]), 32, 15)
+    np.testing.assert_array_equal(cuts, [40, 80, 150])  # 3, 10: < 32 from the start
+    many = extra.select_cuts(np.arange(0, 32 * 41, 32) + 31, 32, 15)  # 41 cuts -> 40 -> 15
+    assert len(many) == 15 and many[0] == 31 and many[-1] == 31 + 32 * 39
+    entropy = np.array([2.0, 1.0, 0.5, 0.5, 3.0, 1.0])
+    mte = [entropy[: c + 1].mean() for c in (1, 3)]
+    assert mte == [1.5, 1.0]  # the mean token entropy up to and including the cut
+
+
+def test_smoothing_at_tau_one_tenth_by_hand():
+    z = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]])
+    h = np.array([1.0, 0.2, 0.7])
+    out = extra.smooth_scores(z, h, 0.1)
+    for i in range(3):
+        w = [math.exp((z[i] @ z[j]) / 0.1) for j in range(3)]
+        assert out[i] == pytest.approx(sum(wj * hj for wj, hj in zip(w, h)) / sum(w))
+    assert int(np.argmin(out)) == 1
+
+
+def test_regeneration_pushes_the_lowest_entropy_prefix_of_a_hard_group():
+    class Tok:
+        def decode(self, ids):
+            return "".join("\n" if i == 9 else f"<{i}>" for i in ids)
+
+    from types import SimpleNamespace
+
+    from explore_rl.data.tasks import Problem
+
+    c = extra_config.get_config("smoke")
+    c.exploration.extra.update(min_gap=2, features="ngram")
+    ex = extra.ExTra(c.exploration.extra, c)
+    tokens = np.array([[1, 9, 2, 3, 9, 4, 5, 9], [6, 7, 8, 9, 1, 2, 9, 3]])
+    entropy = np.array([[1.0] * 8, [0.2] * 8])  # row 1 has the lower mean token entropy
+    ro = SimpleNamespace(
+        problems=[Problem("q", "5")],
+        group_size=2,
+        correct=np.array([[False, False]]),
+        out=SimpleNamespace(tokens=tokens, mask=np.ones((2, 8), bool), entropy=entropy),
+    )
+    ctx = SimpleNamespace(tok=Tok(), step=5)
+    fresh, prefixes, metrics = ex.regenerate({}, ro, np.zeros(2, bool), ctx)
+    assert metrics["hard"] == 1 and metrics["pushed"] == 1
+    # row 1's line breaks at 3 and 6: both >= 2 apart, the last (6) dropped: one cut
+    assert fresh == [{"question": "q", "answer": "5", "prefix": [6, 7, 8, 9]}]
+    assert [p["tokens"] for p in prefixes[Problem("q", "5").id]] == [[6, 7, 8, 9]]
+    solved = SimpleNamespace(**{**vars(ro), "correct": np.array([[True, True]])})
+    assert ex.regenerate({}, solved, np.zeros(2, bool), ctx)[0] == []
+
+
+def test_embeddings_pack_to_json_text_and_back():
+    v = np.random.default_rng(0).standard_normal(384).astype(np.float32)
+    s = extra.pack(v)
+    assert isinstance(json.loads(json.dumps(s)), str)
+    np.testing.assert_allclose(extra.unpack(s), v, rtol=1e-3, atol=1e-3)  # float16
+
+
+# ----------------------------------------------------------------------------- trainer
+
+
+def _seed_queue(monkeypatch, entries):
+    """Start runs with guided prompts already in the queue."""
+    init = extra.ExTra.init
+
+    def seeded(self, ctx):
+        state = init(self, ctx)
+        return {**state, "host": HostState({**state["host"].data, "queue": list(entries)})}
+
+    monkeypatch.setattr(extra.ExTra, "init", seeded)
+
+
+def _guided(tok, question, answer, prefix_text):
+    return {"question": question, "answer": answer, "prefix": tok.encode(prefix_text)}
+
+
+@pytest.mark.slow
+def test_guided_rows_use_their_own_answer_and_carry_no_prefix_loss(monkeypatch, tmp_path):
+    from explore_rl.models import weights
+
+    tok = weights.load_tokenizer("embedded")
+    queue = [_guided(tok, "What is 73 + 27?", "100", "We add the two numbers:")]
+    _seed_queue(monkeypatch, queue)
+    c = extra_config.get_config("smoke")
+    c.reward.fn = "test_extra:answer_is_100"
+    with Verifier(1, 5.0) as verifier:
+        run, progress, _ = trainer.start(c, str(tmp_path), verifier)
+        ro, _, _ = trainer.collect(run, progress, 0)
+        batch, states, metrics = trainer.make_batch(run, progress, ro, 0)
+    # the last of the 2 groups is the guided prompt, rewarded against its own answer
+    assert ro.problems[-1].answer == "100"
+    assert ro.problems[-1].prefix == tuple(queue[0]["prefix"])
+    np.testing.assert_array_equal(ro.rewards, [[0.0] * 4, [1.0] * 4])
+    assert metrics["extra/guided_solve_rate"] == 1.0 and metrics["extra/queue"] == 0
+    # the prefix is prompt: the update scores the response tokens only, as a full forward
+    prefix = np.asarray(queue[0]["prefix"])
+    row = np.asarray(ro.prompts[-1])[np.asarray(ro.prompt_mask[-1])]
+    np.testing.assert_array_equal(row[-len(prefix) :], prefix)
+    b = ro.rewards.size - 1
+    logp, _ = score(
+        progress.state.params, run.cfg, batch.prompts, batch.prompt_mask, batch.tokens, batch.mask
+    )
+    resp = np.asarray(batch.tokens[b])[np.asarray(batch.mask[b])]
+    seq = jnp.asarray(np.concatenate([row, resp]))[None]
+    full = transformer.forward(
+        progress.state.params,
+        run.cfg,
+        seq,
+        jnp.arange(seq.shape[1])[None],
+        jnp.ones_like(seq, bool),
+    ).logits[0]
+    ref = jax.nn.log_softmax(full[len(row) - 1 : -1])[jnp.arange(len(resp)), resp]
+    np.testing.assert_allclose(np.asarray(logp[b])[: len(resp)], np.asarray(ref), atol=1e-4)
+
+
+def _smoke(arg="smoke", steps=3):
+    c = extra_config.get_config(arg)
+    c.reward.fn = PARITY  # mixed groups: correct responses for the novelty memory
+    c.train.steps, c.train.eval_every, c.train.checkpoint_every = steps, 0, 2
+    return c
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", [None, "novelty", "regen"])
+def test_every_variant_trains(variant, tmp_path):
+    c = _smoke("smoke" if variant is None else f"{variant},smoke")
+    progress = trainer.train(c, str(tmp_path))
+    rows = read_metrics(str(tmp_path))
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    memory = progress.explorers["extra"]["host"].data["correct"]
+    if variant == "regen":
+        assert not memory and all("extra/novelty_mean" not in r for r in rows)
+    else:
+        assert memory and any("extra/novelty_mean" in r for r in rows)
+        assert all(0 <= r["extra/novelty_mean"] <= 1 for r in rows if "extra/novelty_mean" in r)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("features", ["ngram", "hidden"])
+def test_the_other_novelty_features_train(features, tmp_path):
+    c = _smoke("novelty,smoke", steps=2)
+    c.exploration.extra.features = features
+    progress = trainer.train(c, str(tmp_path))
+    stored = next(iter(progress.explorers["extra"]["host"].data["correct"].values()))
+    dim = extra.NGRAM_DIM if features == "ngram" else c_model_dim(c)
+    assert extra.unpack(stored[0]).shape == (dim,)
+    assert any("extra/novelty_mean" in r for r in read_metrics(str(tmp_path)))
+
+
+def c_model_dim(c):
+    from explore_rl.models import presets
+
+    return presets.get_preset(c.model.random_init).d_model
+
+
+@pytest.mark.slow
+def test_memories_and_queue_survive_an_exact_resume(monkeypatch, tmp_path):
+    from explore_rl.models import weights
+
+    tok = weights.load_tokenizer("embedded")
+    entries = [_guided(tok, f"What is {i} + 1?", str(i + 1), "First,") for i in range(3)]
+    _seed_queue(monkeypatch, entries)  # a guided group a step: the queue runs down over the run
+    straight = trainer.train(_smoke(steps=4), str(tmp_path / "a"))
+    trainer.train(_smoke(steps=2), str(tmp_path / "b"))
+    resumed = trainer.train(_smoke(steps=4), str(tmp_path / "b"))
+    data = straight.explorers["extra"]["host"].data
+    assert data["correct"] and len(data["queue"]) == 0  # 3 guided prompts, 1 a step
+    assert resumed.explorers["extra"]["host"].data == data
+    for x, y in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    rows = read_metrics(str(tmp_path / "b"))
+    assert [r["extra/guided_rows"] for r in rows] == [4, 4, 4, 0]
+
+
+@pytest.mark.slow
+def test_extra_composes_with_ead_through_the_cli(tmp_path):
+    out = run_main(
+        "--config=configs/extra.py:smoke",
+        f"--workdir={tmp_path}",
+        "--config.exploration.methods=('extra', 'ead')",
+        f"--config.reward.fn={PARITY}",
+        "--config.train.steps=2",
+        "--config.train.eval_every=0",
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = read_metrics(str(tmp_path))
+    assert all(r["rollout/temperature"] < 1.0 and "extra/queue" in r for r in rows)  # both act
+
+
+def test_config_errors_name_the_field():
+    c = extra_config.get_config("smoke")
+    for field, value, message in [
+        ("features", "bleu", "features='bleu'"),
+        ("tau", 0.0, "tau=0.0: must be > 0"),
+        ("guided_frac", 2.0, "guided_frac=2.0"),
+    ]:
+        bad = c.exploration.extra.copy_and_resolve_references()
+        bad[field] = value
+        with pytest.raises(ValueError, match=f"config: exploration.extra.{message}"):
+            extra.ExTra(bad, c).check()
+    none = c.exploration.extra.copy_and_resolve_references()
+    none.novelty = none.regen = False
+    with pytest.raises(ValueError, match="nothing to do"):
+        extra.ExTra(none, c).check()
