@@ -36,13 +36,19 @@ def config_file(path: str) -> str:
     raise ValueError(f"{path}: no such config file")
 
 
-def load(spec: str) -> ConfigDict:
-    """The config of `file.py[:arg]`, as `--config file.py[:arg]` gives it."""
-    path, _, arg = spec.partition(":")
+def load_module(path: str):
+    """The config file's module (its `get_config`, and `get_sweep` where it has one)."""
     path = config_file(path)
     module_spec = importlib.util.spec_from_file_location(f"_config_{hash(path)}", path)
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
+    return module
+
+
+def load(spec: str) -> ConfigDict:
+    """The config of `file.py[:arg]`, as `--config file.py[:arg]` gives it."""
+    path, _, arg = spec.partition(":")
+    module = load_module(path)
     return module.get_config(arg) if arg else module.get_config()
 
 

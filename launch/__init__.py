@@ -1,0 +1,1 @@
+"""Launchers: small scripts that turn configs into runs (no training logic here)."""

@@ -1,0 +1,123 @@
+"""Expand a config's `get_sweep(hyper)` into named runs, and run them here.
+
+    python launch/sweep.py configs/ase.py:demo --dry-run        # the exact commands
+    python launch/sweep.py configs/ase.py:demo --parallel 2     # run them, 2 at a time
+    python launch/sweep.py configs/eden.py:paper --workdir runs/eden-sweep -- \\
+        --config.model.path=/models/Qwen2.5-Math-1.5B          # flags for every point
+
+A config's sweep is built with the `hyper` helper it receives (the big_vision and
+ml_collections habit): `hyper.sweep("config.seed", [0, 1])` is a list of points,
+`hyper.product([...])` their cartesian product, `hyper.zip([...])` their pairwise merge.
+Each point becomes `python -m explore_rl.main --config CONFIG --workdir ROOT/NAME
+--config.<key>=<value> ...`, its NAME made of the swept fields' last components and values
+("seed=0,alpha=0.25"; a longer suffix of the key where two last components clash), so
+every point has its own work directory, and rerunning a sweep resumes each run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import shlex
+import subprocess
+import sys
+
+from explore_rl import config as config_lib
+
+
+class Hyper:
+    """The helper `get_sweep` receives; a point is a dict {"config.key": value}."""
+
+    @staticmethod
+    def sweep(key: str, values) -> list[dict]:
+        if not key.startswith("config."):
+            raise ValueError(f"sweep key {key!r}: name a config field as 'config.<path>'")
+        return [{key: v} for v in values]
+
+    @staticmethod
+    def product(parts: list[list[dict]]) -> list[dict]:
+        return [{k: v for p in combo for k, v in p.items()} for combo in itertools.product(*parts)]
+
+    @staticmethod
+    def zip(parts: list[list[dict]]) -> list[dict]:
+        if len({len(p) for p in parts}) > 1:
+            raise ValueError(f"hyper.zip of lists of lengths {[len(p) for p in parts]}")
+        return [{k: v for p in combo for k, v in p.items()} for combo in zip(*parts)]
+
+
+hyper = Hyper()
+
+
+def points(spec: str) -> list[dict]:
+    """The sweep of config `file.py[:arg]`: one dict per run ([] when it has none)."""
+    module = config_lib.load_module(spec.partition(":")[0])
+    if not hasattr(module, "get_sweep"):
+        raise ValueError(f"{spec}: the config defines no get_sweep(hyper)")
+    return module.get_sweep(hyper)
+
+
+def _short_names(keys: list[str]) -> dict[str, str]:
+    """Each key's shortest dotted suffix that no other key of the sweep shares."""
+    out = {}
+    for key in keys:
+        parts = key.split(".")[1:]
+        for n in range(1, len(parts) + 1):
+            name = ".".join(parts[-n:])
+            if all(not o.endswith("." + name) for o in keys if o != key):
+                break
+        out[key] = name
+    return out
+
+
+def _value(v) -> str:
+    return repr(v) if isinstance(v, (tuple, list)) else str(v)
+
+
+def name(point: dict, short: dict[str, str]) -> str:
+    """A point's run name ("default" for the one point of an empty sweep)."""
+    parts = [f"{short[k]}={_value(v)}".replace("/", "_") for k, v in point.items()]
+    return ",".join(parts) or "default"
+
+
+def commands(spec: str, workdir: str, extra: list[str]) -> list[tuple[str, list[str]]]:
+    """(run name, argv) per point of the sweep of `spec`."""
+    sweep = points(spec)
+    short = _short_names(sorted({k for p in sweep for k in p}))
+    out = []
+    for point in sweep:
+        run = name(point, short)
+        argv = [sys.executable, "-m", "explore_rl.main", "--config", spec]
+        argv += ["--workdir", os.path.join(workdir, run)]
+        argv += [f"--{k}={_value(v)}" for k, v in point.items()] + list(extra)
+        out.append((run, argv))
+    if len({r for r, _ in out}) != len(out):
+        raise ValueError(f"{spec}: two points of the sweep have the same name")
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("config", help="configs/<file>.py[:arg]")
+    parser.add_argument("--workdir", help="root of the runs' folders (runs/sweeps/<file>)")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    parser.add_argument("--parallel", type=int, default=1, help="runs at a time")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []  # flags for every run
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    stem = os.path.splitext(os.path.basename(args.config.partition(":")[0]))[0]
+    runs = commands(args.config, args.workdir or os.path.join("runs", "sweeps", stem), extra)
+    if args.dry_run:
+        for _, argv in runs:
+            print(shlex.join(argv))
+        return
+    failed = []
+    for start in range(0, len(runs), args.parallel):
+        batch = [(r, subprocess.Popen(a)) for r, a in runs[start : start + args.parallel]]
+        failed += [r for r, p in batch if p.wait() != 0]
+    if failed:
+        raise SystemExit(f"runs that failed: {failed}")
+
+
+if __name__ == "__main__":
+    main()
