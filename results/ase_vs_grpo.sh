@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GRPO vs ASE vs ASE's unstructured-random-steering ablation (a fresh random unit vector
 # per rollout, no bank) where most groups start without signal: the "hard" setting of
-# results/run.sh (operands of 1-2 digits, 20 steps, 4 prompts x 8 rollouts x 32 tokens a
+# results/run.sh (operands of 1-2 digits, 12 steps, 4 prompts x 8 rollouts x 32 tokens a
 # step: the same rollout budget), seeds 0, 1, 2; GRPO's runs are results/fidelity.sh's.
 #   bash results/ase_vs_grpo.sh
 #   python -m explore_rl.evaluation.report runs/fid/hard/{grpo,ase}*

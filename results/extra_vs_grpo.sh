@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GRPO vs ExTra-N (novelty) vs ExTra-R (prefix regeneration) vs ExTra where most groups
-# start without signal: the "hard" setting of results/run.sh (operands of 1-2 digits, 20
+# start without signal: the "hard" setting of results/run.sh (operands of 1-2 digits, 12
 # steps, 4 prompts x 8 rollouts x 32 tokens a step: the same rollout budget), seeds 0, 1,
 # 2; GRPO's runs are results/fidelity.sh's. ExTra's demo scale: regeneration from step 3,
 # line-break cuts 4 tokens apart.

@@ -5,7 +5,7 @@
 # trained on-policy. The same rollout budget per run (4 prompts x 8 rollouts x 32 tokens a
 # step), seeds 0, 1, 2; held-out Pass@1 / Pass@8 from 8 samples per question:
 #   demo: 1-digit additions, 12 steps (evaluations after steps 6 and 12)
-#   hard: operands of 1-2 digits, 20 steps (evaluations after steps 10 and 20)
+#   hard: operands of 1-2 digits, 12 steps (evaluations after steps 6 and 12)
 #   bash results/fidelity.sh [demo|hard|clip]        (no argument: all three)
 #   python -m explore_rl.evaluation.report runs/fid/demo/*; ... runs/fid/hard/*
 # A run directory that already has all its steps is skipped (rerunning resumes the rest).
