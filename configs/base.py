@@ -134,6 +134,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.eval.top_p = 0.95  # evaluation nucleus
     c.eval.max_new_tokens = 48  # evaluation response limit
     c.eval.batch_prompts = 8  # questions per generation batch
+    c.eval.diversity = False  # also distinct-4, Self-BLEU, MiniLM LogDet of correct responses
 
     c.sample = ConfigDict()  # --mode sample
     c.sample.prompt_file = ""  # text (one prompt a line) or JSONL; "" = the task's test split

@@ -68,6 +68,10 @@ def test_an_empty_bank_plans_every_row_clean_and_a_bank_steers_by_route(tiny):  
     np.testing.assert_allclose(np.asarray(p.interventions.steer), expected, rtol=1e-6)
     assert p.interventions.steer_layer == 0
     assert ex.eval_plan(state, plan, None) is plan  # evaluation: the plain policy
+    at_eval, _ = _explorer(alpha=0.7, at_eval=True)  # inference-time steering: as training
+    steered = at_eval.eval_plan(state, plan, None)
+    np.testing.assert_array_equal(steered.route, route)
+    np.testing.assert_allclose(np.asarray(steered.interventions.steer), expected, rtol=1e-6)
 
 
 # ----------------------------------------------------------------------------- the bank

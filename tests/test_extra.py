@@ -50,6 +50,17 @@ def test_minilm_matches_sentence_transformers(encoder):
     assert (np.sum(z * ref, axis=1) > 0.999).all()
 
 
+def test_a_sentence_transformers_folder_loads_like_the_embedded_model(encoder, tmp_path):
+    import shutil
+
+    shutil.copytree(minilm.embedded_path(), tmp_path / "st")
+    folder = minilm.load(str(tmp_path / "st")).embed(SENTENCES[:2])
+    np.testing.assert_array_equal(folder, encoder.embed(SENTENCES[:2]))
+    (tmp_path / "st" / "config.json").write_text('{"model_type": "llama"}')
+    with pytest.raises(ValueError, match="model_type='llama', need a BERT encoder"):
+        minilm.load(str(tmp_path / "st"))
+
+
 def test_minilm_is_stable_and_cached(encoder):
     z = encoder.embed(SENTENCES)
     np.testing.assert_allclose(np.linalg.norm(z, axis=1), 1.0, rtol=1e-5)
@@ -278,3 +289,39 @@ def test_config_errors_name_the_field():
     none.novelty = none.regen = False
     with pytest.raises(ValueError, match="nothing to do"):
         extra.ExTra(none, c).check()
+
+
+def test_the_diversity_of_correct_responses_at_evaluation(encoder):
+    from types import SimpleNamespace
+
+    from explore_rl.evaluation import evaluate, metrics
+
+    tokens = np.array(
+        [[1, 2, 3, 4, 5, 0], [1, 2, 3, 4, 6, 0], [9, 9, 9, 9, 9, 9], [7, 7, 0, 0, 0, 0]]
+    )
+    mask = tokens > 0
+    texts = ["add them: 7", "add them, 7", "I do not know", "7"]
+    r = SimpleNamespace(
+        problems=["q0", "q1"],
+        group_size=2,
+        out=SimpleNamespace(tokens=tokens, mask=mask),
+        correct=np.array([[True, True], [False, True]]),  # q1 has one correct: skipped
+        texts=texts,
+    )
+    (d,) = evaluate.diversity_of_correct(r)
+    assert d["distinct4"] == 3 / 4  # (1234) twice, (2345), (2346)
+    both = [[1, 2, 3, 4, 5], [1, 2, 3, 4, 6]]
+    assert d["self_bleu"] == pytest.approx(metrics.bleu(both[0], both[1:]))  # symmetric here
+    assert d["logdet"] == pytest.approx(metrics.log_det(encoder.embed(texts[:2])), rel=1e-5)
+
+
+@pytest.mark.slow
+def test_evaluation_reports_the_diversity_measures(tmp_path):
+    from configs import grpo
+
+    c = grpo.get_config("smoke")
+    c.reward.fn, c.eval.diversity, c.eval.samples = PARITY, True, 4
+    results = trainer.run_eval(c, str(tmp_path))
+    assert 0 < results["eval/arithmetic/distinct4"] <= 1
+    assert 0 <= results["eval/arithmetic/self_bleu"] <= 1
+    assert results["eval/average/logdet"] > 0

@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from explore_rl.evaluation import metrics as metrics_lib
 from explore_rl.evaluation.metrics import maj_at_k, mean_at_k, pass_at_k, pass_at_ks
 
 
@@ -67,8 +68,8 @@ def test_report_averages_seeds_of_a_configuration(tmp_path):
 def test_diversity_measures_by_hand():
     from explore_rl.evaluation import diversity
 
-    assert diversity.distinct_n([[1, 2, 3, 4, 5], [1, 2, 3, 4]]) == 2 / 3  # 3 grams, 2 unique
-    assert math.isnan(diversity.distinct_n([[1, 2]]))
+    assert metrics_lib.distinct_n([[1, 2, 3, 4, 5], [1, 2, 3, 4]]) == 2 / 3  # 3 grams, 2 unique
+    assert math.isnan(metrics_lib.distinct_n([[1, 2]]))
     x = diversity.embed([[1, 2, 3, 4, 5], [1, 2, 3, 4]])  # grams (1234), (2345)
     np.testing.assert_allclose(x, [[2**-0.5, 2**-0.5], [1, 0]])
     pts = np.array([[0.0, 0], [2, 0], [0, 2], [2, 2]])
@@ -89,3 +90,22 @@ def test_answer_disagreement_by_hand():
     assert answer_disagreement([["1", "1", "2"], [None, None]]) == pytest.approx(1 / 3)
     assert answer_disagreement([["3", None, "4", "5"]]) == 1.0
     assert math.isnan(answer_disagreement([["1"]]))
+
+
+def test_self_bleu_and_log_det_by_hand():
+    from explore_rl.evaluation.metrics import bleu, log_det, self_bleu
+
+    same = [[1, 2, 3, 4, 5, 6]] * 3
+    assert self_bleu(same) == pytest.approx(1.0)  # identical responses: no diversity
+    # hyp [1 2 3 4 5 9] vs ref [1 2 3 4 5 6]: precisions 5/6, 4/5, 3/4, 2/3, no brevity cost
+    expected = (5 / 6 * 4 / 5 * 3 / 4 * 2 / 3) ** 0.25
+    assert bleu([1, 2, 3, 4, 5, 9], [[1, 2, 3, 4, 5, 6]]) == pytest.approx(expected)
+    # shared: unigrams 1, 2 and the bigram (1, 2); no trigram or 4-gram: each of those
+    # precisions is smoothed to 0.1 / (the hypothesis' grams of that order: 4 and 3)
+    smoothed = (2 / 6 * 1 / 5 * 0.1 / 4 * 0.1 / 3) ** 0.25
+    assert bleu([7, 8, 9, 1, 2, 10], [[1, 2, 3, 4, 5, 6]]) == pytest.approx(smoothed)
+    short = bleu([1, 2, 3, 4], [[1, 2, 3, 4, 5, 6]])  # brevity penalty exp(1 - 6 / 4)
+    assert short == pytest.approx(math.exp(1 - 6 / 4))
+    assert math.isnan(self_bleu([[1, 2, 3, 4]]))
+    assert log_det(np.eye(3)) == pytest.approx(3 * math.log(2))  # orthogonal: K = I
+    assert log_det(np.ones((4, 1)), alpha=0.5) == pytest.approx(math.log(1 + 4 * 0.5))

@@ -28,23 +28,12 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from explore_rl import config as config_lib
+from explore_rl.evaluation.metrics import N, distinct_n, ngrams
 from explore_rl.exploration import base, eden
 from explore_rl.models.transformer import Interventions
 from explore_rl.rewards.math import Verifier
 from explore_rl.rl import rollout as rollout_lib
 from explore_rl.rl.plan import RolloutPlan
-
-N = 4
-
-
-def ngrams(tokens, n: int = N) -> list[tuple]:
-    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
-
-
-def distinct_n(responses: list, n: int = N) -> float:
-    """Unique n-grams / all n-grams over the responses (token ids)."""
-    grams = [g for r in responses for g in ngrams(r, n)]
-    return len(set(grams)) / len(grams) if grams else float("nan")
 
 
 def embed(responses: list, n: int = N) -> np.ndarray:

@@ -3,9 +3,14 @@
 Per benchmark and averaged over benchmarks; sampling temperature and top-p from the
 config (0.6 / 0.95 by default, as EDEN and ASE report). `plan_fn` lets explorers that
 act at test time (EAD's annealed schedule) edit each batch's plan; default: plain policy.
+With `eval.diversity`, also the diversity of each question's correct responses (at least
+two of them), averaged over questions: distinct-4, Self-BLEU and LogDet of their
+all-MiniLM-L6-v2 embeddings (ExTra's Sec. 5.4 measures).
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import numpy as np
@@ -33,7 +38,7 @@ def evaluate(
     results: dict[str, float] = {}
     for name, problems in benchmarks.items():
         problems = problems[: e.num_prompts or len(problems)]
-        correct, answers = [], []
+        correct, answers, diverse = [], [], []
         for start in range(0, len(problems), e.batch_prompts):
             chunk = problems[start : start + e.batch_prompts]
             plan = base_plan(len(chunk) * n, e.max_new_tokens, e.temperature, chunk)
@@ -51,13 +56,47 @@ def evaluate(
                 [extract_answer(t, settings.extractors) for t in r.texts[i * n : (i + 1) * n]]
                 for i in range(len(chunk))
             ]
+            if e.diversity:
+                diverse += diversity_of_correct(r)
         correct = np.concatenate(correct)
         results[f"eval/{name}/mean@{n}"] = metrics.mean_at_k(correct)
         for k, v in metrics.pass_at_ks(correct).items():
             results[f"eval/{name}/pass@{k}"] = v
         results[f"eval/{name}/maj@{n}"] = metrics.maj_at_k(answers, correct, n)
+        for key in ("distinct4", "self_bleu", "logdet"):
+            values = [d[key] for d in diverse if np.isfinite(d[key])]  # NaN: < 4 tokens
+            if values:
+                results[f"eval/{name}/{key}"] = float(np.mean(values))
     names = sorted({key.split("/", 2)[2] for key in results})
     for metric in names:
         values = [v for key, v in results.items() if key.endswith("/" + metric)]
         results[f"eval/average/{metric}"] = float(np.mean(values))
     return results
+
+
+@functools.cache
+def _encoder():
+    from explore_rl.models import minilm
+
+    return minilm.load()
+
+
+def diversity_of_correct(r) -> list[dict[str, float]]:
+    """Per question of a generation batch with >= 2 correct responses: their distinct-4,
+    Self-BLEU and MiniLM LogDet."""
+    g = r.group_size
+    tokens, mask = np.asarray(r.out.tokens), np.asarray(r.out.mask)
+    out = []
+    for i in range(len(r.problems)):
+        rows = [j for j in range(i * g, (i + 1) * g) if r.correct.reshape(-1)[j]]
+        if len(rows) < 2:
+            continue
+        responses = [tokens[j][mask[j]].tolist() for j in rows]
+        out.append(
+            {
+                "distinct4": metrics.distinct_n(responses),
+                "self_bleu": metrics.self_bleu(responses),
+                "logdet": metrics.log_det(_encoder().embed([r.texts[j] for j in rows])),
+            }
+        )
+    return out

@@ -9,10 +9,16 @@ correct: [P, n] booleans (question p, sample i). All metrics average over questi
   correct when the voted answer is.
 - Answer disagreement: the fraction of pairs of one question's samples whose final answers
   differ (ASE, seed 001: how many distinct solutions a group explores).
+
+Diversity of a set of responses (ExTra, seed 002, Sec. 5.4): distinct-n (unique / all
+n-grams), Self-BLEU (each response's BLEU-4 against the others, averaged: lower is more
+diverse) and LogDet (log det(I + alpha K), K the cosine kernel of sentence embeddings:
+higher is a larger volume).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 
@@ -67,3 +73,53 @@ def answer_disagreement(answers: Sequence[Sequence[str | None]]) -> float:
         same = sum(c * (c - 1) // 2 for c in Counter(row).values())
         fractions.append(1.0 - same / (n * (n - 1) // 2))
     return float(np.mean(fractions)) if fractions else float("nan")
+
+
+N = 4  # n of the n-gram diversity measures
+
+
+def ngrams(tokens, n: int = N) -> list[tuple]:
+    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+
+
+def distinct_n(responses: list, n: int = N) -> float:
+    """Unique n-grams / all n-grams over the responses (token ids)."""
+    grams = [g for r in responses for g in ngrams(r, n)]
+    return len(set(grams)) / len(grams) if grams else float("nan")
+
+
+def bleu(hypothesis: Sequence, references: list[Sequence], n: int = N) -> float:
+    """Sentence BLEU-n with uniform weights (Papineni et al. 2002): modified n-gram
+    precisions clipped by the references' maximum counts, a zero count smoothed to 0.1
+    (Chen and Cherry 2014, method 1, as NLTK and Texygen's Self-BLEU), times the brevity
+    penalty against the reference length closest to the hypothesis'."""
+    if not hypothesis:
+        return 0.0
+    log_p = 0.0
+    for k in range(1, n + 1):
+        grams = Counter(ngrams(hypothesis, k))
+        most = Counter()
+        for ref in references:
+            for g, c in Counter(ngrams(ref, k)).items():
+                most[g] = max(most[g], c)
+        total = max(sum(grams.values()), 1)
+        hits = sum(min(c, most[g]) for g, c in grams.items())
+        log_p += math.log((hits or 0.1) / total) / n
+    closest = min((abs(len(r) - len(hypothesis)), len(r)) for r in references)[1]
+    brevity = min(1.0, math.exp(1 - closest / len(hypothesis)))
+    return brevity * math.exp(log_p)
+
+
+def self_bleu(responses: list[Sequence], n: int = N) -> float:
+    """Mean BLEU-n of each response against all the others (Zhu et al. 2018, Texygen)."""
+    if len(responses) < 2:
+        return float("nan")
+    return float(
+        np.mean([bleu(r, responses[:i] + responses[i + 1 :], n) for i, r in enumerate(responses)])
+    )
+
+
+def log_det(z: np.ndarray, alpha: float = 1.0) -> float:
+    """log det(I + alpha K), K = Z Z^T the cosine kernel of unit embeddings [R, F]."""
+    k = z @ z.T
+    return float(np.linalg.slogdet(np.eye(len(z)) + alpha * k)[1])
