@@ -30,6 +30,8 @@ setup(
         "gguf",
         "math-verify",
         "tqdm",
+        "pandas",  # explore_rl.analysis: run tables
+        "matplotlib",  # explore_rl.analysis: figures
     ],
     extras_require={
         # torch only as a reference implementation in tests; 2.13.0 is a local CPU wheel.

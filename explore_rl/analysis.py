@@ -1,0 +1,290 @@
+"""Run directories -> tables and figures: training curves with a band over seeds, Pass@k
+against k, each method's own panel, and a markdown summary (mean +- spread over seeds).
+
+    python -m explore_rl.analysis --out runs/report runs/cmp/*     # PNGs + summary.md
+
+    from explore_rl import analysis                                 # in a notebook
+    runs = analysis.load(["runs/cmp/grpo-s0", "runs/cmp/grpo-s1", "runs/cmp/ead-s0"])
+    analysis.summary(runs)                                          # a DataFrame
+    analysis.plot_curves(runs, ["reward/mean", "rollout/entropy"])  # a Figure
+
+Runs are grouped by their resolved `config.json`, not their folder names: a run's label is
+its exploration methods ("grpo" when none) followed by every config field that differs
+between the runs given and is not the seed (e.g. "grpo rollout.temperature=1.2"); runs
+with the same label are seeds of one configuration. The spread is the sample standard
+deviation over seeds (0 with one seed); every table says how many seeds it averages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")  # files, not windows; notebooks display the returned figures
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from explore_rl.logs import read_metrics  # noqa: E402
+
+CURVES = ("reward/mean", "groups/zero_adv_frac", "rollout/entropy", "rollout/response_len")
+# the last `WINDOW` steps' mean of these, and the last evaluation's held-out metrics
+SUMMARY = ("reward/mean", "groups/zero_adv_frac", "rollout/entropy", "rollout/answer_disagreement")
+WINDOW = 3
+# method -> the metrics of its panel (prefix matches, e.g. every ASE route's reward)
+PANELS = {
+    "ead": ("rollout/temperature", "tis/mean", "policy/kl_mu_old"),
+    "eden": ("eden/reward_noisy", "eden/reward_clean", "eden/kept_frac"),
+    "ase": ("ase/alignment", "ase/inter_cosine", "ase/share_", "ase/route"),
+    "extra": ("extra/queue", "extra/novelty_mean", "extra/guided_solve_rate", "extra/hard"),
+}
+# fields that do not make two training configurations differ: the seed, evaluation
+# settings, logging and checkpoint cadence, worker counts, the mesh
+IGNORED = re.compile(
+    r"^(seed|eval\.|train\.(log_every|checkpoint_every|keep_checkpoints|samples_to_log)"
+    r"|reward\.(workers|timeout)|mesh\.)"
+)
+
+
+@dataclasses.dataclass
+class Run:
+    """One run directory: its resolved config, its metrics, its configuration's label."""
+
+    path: str
+    config: dict  # the resolved config, flattened ("rollout.temperature": 1.2)
+    metrics: pd.DataFrame  # one row per logged step, indexed by step
+    label: str = ""
+
+    @property
+    def seed(self) -> int:
+        return int(self.config.get("seed", 0))
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return tuple(self.config.get("exploration.methods", ()))
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.metrics
+
+    def last_eval(self) -> dict[str, float]:
+        evals = self.metrics.filter(regex="^eval/").dropna(how="all")
+        return {} if evals.empty else evals.iloc[-1].dropna().to_dict()
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = tuple(v) if isinstance(v, list) else v
+    return out
+
+
+def load_run(path: str) -> Run:
+    """One run directory (config.json, metrics.jsonl); a one-line error when it is not."""
+    config_path = os.path.join(path, "config.json")
+    if not os.path.exists(config_path):
+        raise ValueError(f"{path}: not a run directory (no config.json)")
+    with open(config_path) as f:
+        config = _flatten(json.load(f))
+    rows = read_metrics(path) if os.path.exists(os.path.join(path, "metrics.jsonl")) else []
+    if not rows:
+        raise ValueError(f"{path}: no metrics.jsonl lines (the run logged no step)")
+    return Run(path, config, pd.DataFrame(rows).set_index("step").sort_index())
+
+
+def load(paths: list[str]) -> list[Run]:
+    """The runs, each labelled by its configuration (see the module docstring)."""
+    runs = [load_run(p) for p in paths]
+    by_methods: dict[tuple, list[Run]] = {}
+    for r in runs:
+        by_methods.setdefault(r.methods, []).append(r)
+    for methods, same in by_methods.items():  # fields that differ among one method's runs
+        keys = sorted(k for k in {k for r in same for k in r.config} if not IGNORED.match(k))
+        differ = [k for k in keys if len({repr(r.config.get(k)) for r in same}) > 1]
+        for r in same:
+            changed = [f"{k}={_value(r.config.get(k))}" for k in differ]
+            r.label = " ".join(["+".join(methods) or "grpo", *changed])
+    return runs
+
+
+def _value(v) -> str:
+    return "+".join(map(str, v)) if isinstance(v, tuple) else str(v)
+
+
+def groups(runs: list[Run]) -> dict[str, list[Run]]:
+    out: dict[str, list[Run]] = {}
+    for r in sorted(runs, key=lambda r: (r.label, r.seed)):
+        out.setdefault(r.label, []).append(r)
+    return out
+
+
+def _mean_sd(values: list[float]) -> tuple[float, float, int]:
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], float)
+    if not len(v):
+        return float("nan"), float("nan"), 0
+    return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0, len(v)
+
+
+def summary(runs: list[Run], window: int = WINDOW) -> pd.DataFrame:
+    """Per configuration: mean and sd over seeds of the last `window` steps' SUMMARY
+    metrics and of the last evaluation's Mean@n / Pass@k (the k the runs have)."""
+    rows = []
+    evals = {k for r in runs for k in r.last_eval() if k.startswith("eval/average/")}
+    ks = [int(k.rsplit("@", 1)[1]) for k in evals if "/pass@" in k]
+    keep = {"pass@1", f"pass@{max(ks, default=1)}"}  # Pass@k of every k: plot_pass_at_k
+    evals = sorted(
+        (k for k in evals if "/pass@" not in k or k.rsplit("/", 1)[1] in keep), key=_k_order
+    )
+    for label, members in groups(runs).items():
+        row = {"config": label, "seeds": len(members)}
+        for key in [*SUMMARY, *evals]:
+            if key in SUMMARY:
+                values = [r.metrics[key].dropna().tail(window).mean() for r in members if key in r]
+            else:
+                values = [r.last_eval().get(key) for r in members]
+            row[key], row[f"{key} sd"], n = _mean_sd(values)
+            if n < len(members):
+                row[key] = row[f"{key} sd"] = float("nan")  # not every seed has it
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("config")
+
+
+def _k_order(key: str):
+    name = key.rsplit("/", 1)[1]
+    m = re.match(r"(\D+)@(\d+)$", name)
+    return (m.group(1), int(m.group(2))) if m else (name, 0)
+
+
+def summary_markdown(table: pd.DataFrame) -> str:
+    """One row per configuration, `mean +- sd` per metric; empty where a run lacks it."""
+    metrics = [c for c in table.columns if c != "seeds" and not c.endswith(" sd")]
+    metrics = [m for m in metrics if table[m].notna().any()]
+    lines = [
+        "| config | seeds | " + " | ".join(metrics) + " |",
+        "|---|---|" + "---|" * len(metrics),
+    ]
+    for label, row in table.iterrows():
+        cells = [
+            "" if np.isnan(row[m]) else f"{row[m]:.3f} ± {row[f'{m} sd']:.3f}" for m in metrics
+        ]
+        lines.append(f"| {label} | {int(row['seeds'])} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _band(ax, members: list[Run], key: str, label: str):
+    series = [r.metrics[key].dropna() for r in members if key in r.metrics]
+    series = [s for s in series if len(s)]
+    if not series:
+        return False
+    table = pd.concat(series, axis=1)
+    mean = table.mean(axis=1)
+    (line,) = ax.plot(mean.index, mean.values, label=f"{label} (n={len(series)})")
+    if len(series) > 1:
+        sd = table.std(axis=1, ddof=1)
+        ax.fill_between(mean.index, mean - sd, mean + sd, alpha=0.2, color=line.get_color())
+    return True
+
+
+def plot_curves(runs: list[Run], keys=CURVES):
+    """One panel per metric: the mean over seeds per configuration, +- one sd as a band."""
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.5), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        for label, members in groups(runs).items():
+            _band(ax, members, key, label)
+        ax.set_title(key)
+        ax.set_xlabel("step")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_pass_at_k(runs: list[Run]):
+    """Held-out Pass@k against k (log scale) at each run's last evaluation, per
+    configuration (mean over seeds, +- one sd)."""
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for label, members in groups(runs).items():
+        ks = sorted(
+            {
+                int(k.rsplit("@", 1)[1])
+                for r in members
+                for k in r.last_eval()
+                if "/average/pass@" in k
+            }
+        )
+        stats = [
+            _mean_sd([r.last_eval().get(f"eval/average/pass@{k}") for r in members]) for k in ks
+        ]
+        ks = [k for k, s in zip(ks, stats) if s[2] == len(members)]  # every seed has it
+        stats = [s for s in stats if s[2] == len(members)]
+        if ks:
+            ax.errorbar(
+                ks, [s[0] for s in stats], yerr=[s[1] for s in stats], marker="o", label=label
+            )
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("k")
+    ax.set_ylabel("Pass@k (held out)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_method(runs: list[Run], method: str):
+    """The method's own panel (PANELS) over its runs; None when no run uses it."""
+    mine = [r for r in runs if method in r.methods]
+    columns = sorted({c for r in mine for c in r.metrics.columns})
+    keys = [c for prefix in PANELS[method] for c in columns if c.startswith(prefix)]
+    if not keys:
+        return None
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.5 * len(keys), 3), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        for label, members in groups(mine).items():
+            _band(ax, members, key, label)
+        ax.set_title(key, fontsize=8)
+        ax.set_xlabel("step")
+    axes[0][0].legend(fontsize=6)
+    fig.tight_layout()
+    return fig
+
+
+def report(paths: list[str], out: str) -> str:
+    """Figures (curves.png, pass_at_k.png, <method>.png) and summary.md in `out`; returns
+    the summary's markdown."""
+    runs = load(paths)
+    os.makedirs(out, exist_ok=True)
+    figures = {"curves": plot_curves(runs), "pass_at_k": plot_pass_at_k(runs)}
+    figures.update({m: plot_method(runs, m) for m in PANELS})
+    for name, fig in figures.items():
+        if fig is not None:
+            fig.savefig(os.path.join(out, f"{name}.png"), dpi=110)
+            plt.close(fig)
+    names = sorted(os.path.basename(p.rstrip("/")) for p in paths)
+    text = (
+        f"Runs: {len(runs)} ({', '.join(names)}).\n"
+        f"Training columns: the mean of the last {WINDOW} steps; eval columns: the last "
+        "evaluation. Each cell: mean ± sample sd over seeds.\n\n" + summary_markdown(summary(runs))
+    )
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write(text + "\n")
+    return text
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("runs", nargs="+", help="run directories")
+    parser.add_argument("--out", required=True, help="folder for the figures and summary.md")
+    args = parser.parse_args(argv)
+    try:
+        print(report(args.runs, args.out))
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""explore_rl.analysis on synthetic run directories: labels from the resolved configs,
+mean and spread over seeds by hand, figures written, the Pass@k the runs have."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from explore_rl import analysis
+
+
+def _run(root, name, seed, temperature, methods, rewards, passes, extra=None):
+    path = root / name
+    os.makedirs(path)
+    config = {
+        "seed": seed,
+        "rollout": {"temperature": temperature},
+        "exploration": {"methods": methods},
+        "eval": {"samples": len(passes)},
+    }
+    (path / "config.json").write_text(json.dumps(config))
+    rows = [
+        {"step": i + 1, "reward/mean": r, "rollout/entropy": 1.0 - 0.1 * i}
+        for i, r in enumerate(rewards)
+    ]
+    for k, p in enumerate(passes, 1):
+        rows[-1][f"eval/average/pass@{k}"] = p
+    for r in rows:
+        r.update(extra or {})
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+@pytest.fixture
+def runs(tmp_path):
+    return [
+        _run(tmp_path, "a", 0, 1.0, [], [0.1, 0.2, 0.3, 0.4], [0.5, 0.7]),
+        _run(tmp_path, "b", 1, 1.0, [], [0.3, 0.2, 0.5, 0.6], [0.6, 0.8]),
+        _run(tmp_path, "c", 0, 1.2, [], [0.0, 0.1, 0.1, 0.2], [0.4, 0.6]),
+        _run(
+            tmp_path,
+            "d",
+            0,
+            1.0,
+            ["ead"],
+            [0.2, 0.2, 0.2, 0.2],
+            [0.5, 0.5, 0.6, 0.9],
+            {"rollout/temperature": 0.8, "tis/mean": 1.0},
+        ),
+    ]
+
+
+def test_labels_come_from_the_configs_and_seeds_are_grouped(runs):
+    loaded = analysis.load(runs)
+    assert [r.label for r in loaded] == [
+        "grpo rollout.temperature=1.0",
+        "grpo rollout.temperature=1.0",
+        "grpo rollout.temperature=1.2",
+        "ead",
+    ]
+    assert [len(v) for v in analysis.groups(loaded).values()] == [1, 2, 1]
+
+
+def test_summary_means_and_spreads_by_hand(runs):
+    table = analysis.summary(analysis.load(runs), window=2)
+    row = table.loc["grpo rollout.temperature=1.0"]
+    assert row["seeds"] == 2
+    a, b = np.mean([0.3, 0.4]), np.mean([0.5, 0.6])  # the last 2 steps of each seed
+    assert row["reward/mean"] == pytest.approx((a + b) / 2)
+    assert row["reward/mean sd"] == pytest.approx(np.std([a, b], ddof=1))
+    assert row["eval/average/pass@1"] == pytest.approx(0.55)
+    assert row["eval/average/pass@1 sd"] == pytest.approx(np.std([0.5, 0.6], ddof=1))
+    # Pass@1 and the largest k any run has; grpo has no Pass@4: empty, not NaN
+    assert "eval/average/pass@4" in table and "eval/average/pass@2" not in table
+    text = analysis.summary_markdown(table)
+    grpo = next(
+        line for line in text.splitlines() if line.startswith("| grpo rollout.temperature=1.0")
+    )
+    assert "0.550 ± 0.071" in grpo and "nan" not in text
+    assert grpo.endswith("|  |")  # no Pass@4 for these runs
+
+
+def test_report_writes_figures_and_a_summary(runs, tmp_path):
+    text = analysis.report(runs, str(tmp_path / "out"))
+    names = sorted(os.listdir(tmp_path / "out"))
+    assert names == ["curves.png", "ead.png", "pass_at_k.png", "summary.md"]  # no EDEN run
+    assert all(os.path.getsize(tmp_path / "out" / n) > 1000 for n in names if n.endswith(".png"))
+    assert (tmp_path / "out" / "summary.md").read_text().strip() == text.strip()
+    with pytest.raises(SystemExit, match="error: .*not a run directory"):
+        analysis.main([str(tmp_path), "--out", str(tmp_path / "x")])
