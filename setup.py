@@ -42,6 +42,9 @@ setup(
             "torch==2.13.0",
             "accelerate",
             "sentence-transformers",  # the reference for explore_rl/models/minilm.py
+            "nbclient",  # executes notebooks/ in the tests
+            "nbformat",
+            "ipykernel",
         ],
     },
 )

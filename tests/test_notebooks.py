@@ -1,0 +1,29 @@
+"""Every notebook in notebooks/ runs top to bottom at its default (smoke) settings; a
+failing cell fails the suite. Stored with outputs cleared."""
+
+import os
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+FOLDER = os.path.join(os.path.dirname(__file__), "..", "notebooks")
+NOTEBOOKS = sorted(n for n in os.listdir(FOLDER) if n.endswith(".ipynb"))
+
+
+def test_there_are_notebooks_and_their_outputs_are_cleared():
+    assert len(NOTEBOOKS) == 5
+    for name in NOTEBOOKS:
+        nb = nbformat.read(os.path.join(FOLDER, name), as_version=4)
+        assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_the_notebook_executes(name, monkeypatch):
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    nb = nbformat.read(os.path.join(FOLDER, name), as_version=4)
+    client = NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": FOLDER}}
+    )
+    client.execute()  # raises CellExecutionError naming the cell that failed
