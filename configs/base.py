@@ -127,7 +127,10 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.train.eval_every = 0  # steps between held-out evaluations; 0 = none during training
 
     c.eval = ConfigDict()
-    c.eval.checkpoint = ""  # --mode eval: a run directory or checkpoint step dir; "" = model.path
+    c.eval.checkpoint = (
+        ""  # --mode eval: a run dir, its checkpoints/ or a step dir; "" = model.path
+    )
+    c.eval.step = 0  # --mode eval: the checkpoint step of a run directory; 0 = the newest
     c.eval.num_prompts = 0  # questions per benchmark; 0 = all
     c.eval.samples = 8  # n samples per question (Pass@k for k <= n)
     c.eval.temperature = 0.6  # evaluation sampling temperature

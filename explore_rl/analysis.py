@@ -12,7 +12,11 @@ Runs are grouped by their resolved `config.json`, not their folder names: a run'
 its exploration methods ("grpo" when none) followed by every config field that differs
 between the runs given and is not the seed (e.g. "grpo rollout.temperature=1.2"); runs
 with the same label are seeds of one configuration. The spread is the sample standard
-deviation over seeds (0 with one seed); every table says how many seeds it averages.
+deviation over seeds (0 with one seed); every table says how many seeds it averages, and a
+cell is empty unless every seed has the metric. Training columns average each seed's last
+`window` logged steps; a curve's band at a step uses the seeds that logged that step;
+seeds that end at different steps (a run still going, or stopped) are reported with a
+warning.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import dataclasses
 import json
 import os
 import re
+import warnings
 
 import matplotlib
 
@@ -143,6 +148,9 @@ def summary(runs: list[Run], window: int = WINDOW) -> pd.DataFrame:
         (k for k in evals if "/pass@" not in k or k.rsplit("/", 1)[1] in keep), key=_k_order
     )
     for label, members in groups(runs).items():
+        ends = sorted({int(r.metrics.index.max()) for r in members})
+        if len(ends) > 1:
+            warnings.warn(f"{label}: its seeds end at different steps {ends}", stacklevel=2)
         row = {"config": label, "seeds": len(members)}
         for key in [*SUMMARY, *evals]:
             if key in SUMMARY:

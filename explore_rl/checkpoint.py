@@ -47,3 +47,42 @@ class Checkpointer:
     def close(self):
         self.manager.wait_until_finished()
         self.manager.close()
+
+
+def locate(path: str, step: int = 0) -> tuple[str, int]:
+    """(the checkpoints folder, the step) named by a run directory, its checkpoints folder
+    or one step's folder (`.../checkpoints/6`); `step` 0 = the newest complete one."""
+    path = os.path.abspath(path)
+    if (
+        os.path.basename(path).isdigit()
+        and os.path.basename(os.path.dirname(path)) == "checkpoints"
+    ):
+        folder, named = os.path.dirname(path), int(os.path.basename(path))
+        if step and step != named:
+            raise ValueError(f"eval.checkpoint={path} is step {named}, eval.step={step}")
+        step = named
+    elif os.path.isdir(os.path.join(path, "checkpoints")):
+        folder = os.path.join(path, "checkpoints")
+    else:
+        folder = path
+    steps = (
+        sorted(int(n) for n in os.listdir(folder) if n.isdigit()) if os.path.isdir(folder) else []
+    )
+    if not steps:
+        raise ValueError(f"{path}: no checkpoint (a run directory, its checkpoints/ or a step)")
+    if step and step not in steps:
+        raise ValueError(f"{path}: no checkpoint of step {step} (there are {steps})")
+    return folder, step or steps[-1]
+
+
+def restore_subset(path: str, step: int, like: dict) -> dict:
+    """Only the parts of a saved train state that `like` names (e.g. {"state": {"params":
+    ...}, "explorers": {...}}), into its shapes, dtypes and shardings: evaluation reads the
+    params without allocating the optimizer's moments."""
+    manager = ocp.CheckpointManager(path, item_handlers={"state": ocp.PyTreeCheckpointHandler()})
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+    args = ocp.args.Composite(state=ocp.args.PyTreeRestore(abstract, partial_restore=True))
+    try:
+        return manager.restore(step, args=args).state
+    finally:
+        manager.close()

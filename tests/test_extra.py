@@ -125,8 +125,9 @@ def test_regeneration_pushes_the_lowest_entropy_prefix_of_a_hard_group():
         group_size=2,
         correct=np.array([[False, False]]),
         out=SimpleNamespace(tokens=tokens, mask=np.ones((2, 8), bool), entropy=entropy),
+        prompt_mask=np.ones((1, 10), bool),  # a 10-token prompt
     )
-    ctx = SimpleNamespace(tok=Tok(), step=5)
+    ctx = SimpleNamespace(tok=Tok(), step=5, settings=SimpleNamespace(max_prompt_len=64))
     fresh, prefixes, metrics = ex.regenerate({}, ro, np.zeros(2, bool), ctx)
     assert metrics["hard"] == 1 and metrics["pushed"] == 1
     # row 1's line breaks at 3 and 6: both >= 2 apart, the last (6) dropped: one cut
@@ -134,6 +135,44 @@ def test_regeneration_pushes_the_lowest_entropy_prefix_of_a_hard_group():
     assert [p["tokens"] for p in prefixes[Problem("q", "5").id]] == [[6, 7, 8, 9]]
     solved = SimpleNamespace(**{**vars(ro), "correct": np.array([[True, True]])})
     assert ex.regenerate({}, solved, np.zeros(2, bool), ctx)[0] == []
+    tight = SimpleNamespace(**{**vars(ctx), "settings": SimpleNamespace(max_prompt_len=13)})
+    assert ex.regenerate({}, ro, np.zeros(2, bool), tight)[0] == []  # 10 + 4 > 13: no room
+
+
+def test_the_step_consumes_exactly_the_queue_entries_its_plan_took():
+    from types import SimpleNamespace
+
+    c = extra_config.get_config("regen,smoke")
+    c.exploration.extra.warmup = 100  # no regeneration: only the queue moves
+    ex = extra.ExTra(c.exploration.extra, c)
+    queue = [{"question": f"q{i}", "answer": "1", "prefix": [1]} for i in range(3)]
+    state = {
+        "pushed": np.int32(0),
+        "host": HostState({"correct": {}, "prefixes": {}, "queue": queue}),
+    }
+    from explore_rl.data.tasks import Problem
+
+    plan = ex.plan(state, base_plan_for([Problem("a", "1"), Problem("b", "2")]), None, None)
+    assert [p.question for p in plan.problems] == ["a", "q0"]  # half the groups at most
+    # the guided group was dropped from the batch (e.g. by DAPO's filter): still consumed
+    ro = SimpleNamespace(
+        plan=SimpleNamespace(
+            info={"extra": {"guided": np.zeros(4, bool), "taken": plan.info["extra"]["taken"]}}
+        ),
+        correct=np.zeros((2, 2), bool),
+        group_size=2,
+        problems=[Problem("a", "1"), Problem("c", "3")],
+    )
+    out = ex.shape(
+        state, ro, np.zeros(4, np.float32), np.ones(4, np.float32), SimpleNamespace(step=0)
+    )
+    assert [e["question"] for e in out.state["host"].data["queue"]] == ["q1", "q2"]
+
+
+def base_plan_for(problems):
+    from explore_rl.rl.plan import base_plan
+
+    return base_plan(2 * len(problems), 4, 1.0, problems)
 
 
 def test_embeddings_pack_to_json_text_and_back():

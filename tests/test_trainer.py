@@ -1,5 +1,6 @@
 """The trainer end to end: the smoke CLI, exact resume, config validation."""
 
+import json
 import os
 import shutil
 
@@ -192,3 +193,46 @@ def test_kl_to_the_frozen_reference_through_the_trainer(tmp_path):
     kl = [r["policy/kl_ref"] for r in read_metrics(str(tmp_path))]
     assert kl[0] == 0.0  # the first update starts at the reference: k3 = 0 exactly
     assert 0 < kl[1] < kl[2]  # the reference stays frozen while the policy moves away
+
+
+def test_eval_of_any_checkpoint_restores_params_only_and_writes_the_responses(tmp_path):
+    from configs import ase
+    from explore_rl import checkpoint
+    from explore_rl.checkpoint import Checkpointer
+
+    c = ase.get_config("smoke")  # trained with ASE: explorer state in the checkpoint
+    c.reward.fn = "test_rewards:parity_of_length"
+    c.train.steps, c.train.eval_every, c.train.checkpoint_every = 3, 0, 2
+    trainer.train(c, str(tmp_path / "run"))
+    folder, step = checkpoint.locate(str(tmp_path / "run"), 2)
+    params = checkpoint.restore_subset(folder, step, {"state": {"params": _params(c)}})
+    full = Checkpointer(str(tmp_path / "run")).restore(
+        2, trainer.start(c, str(tmp_path / "x"), None)[1]
+    )
+    for a, b in zip(jax.tree.leaves(params["state"]["params"]), jax.tree.leaves(full.state.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    e = grpo.get_config("smoke")  # evaluated without the run's exploration method
+    e.eval.checkpoint, e.eval.step = str(tmp_path / "run"), 2
+    results = trainer.run_eval(e, str(tmp_path / "eval"))
+    written = json.load(open(tmp_path / "eval" / "eval.json"))
+    assert written["step"] == 2 and written["eval/average/pass@1"] == results["eval/average/pass@1"]
+    rows = [json.loads(line) for line in open(tmp_path / "eval" / "eval_responses.jsonl")]
+    assert len(rows) == e.task.test_size * e.eval.samples
+    assert set(rows[0]) == {
+        "benchmark",
+        "question",
+        "reference",
+        "response",
+        "extracted",
+        "correct",
+    }
+    assert np.mean([r["correct"] for r in rows]) == pytest.approx(results["eval/average/mean@2"])
+    with pytest.raises(ValueError, match="no checkpoint of step 5 .there are \\[2, 3\\]"):
+        checkpoint.locate(str(tmp_path / "run"), 5)
+    with pytest.raises(ValueError, match="is step 3, eval.step=2"):
+        checkpoint.locate(str(tmp_path / "run" / "checkpoints" / "3"), 2)
+    assert checkpoint.locate(str(tmp_path / "run" / "checkpoints" / "3"))[1] == 3
+
+
+def _params(c):
+    return config_lib.load_policy(c)[0]

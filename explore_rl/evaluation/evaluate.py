@@ -32,7 +32,10 @@ def evaluate(
     verifier: Verifier,
     rng: jax.Array,
     plan_fn=None,
+    records: list | None = None,
 ) -> dict[str, float]:
+    """Held-out metrics per benchmark and averaged; with `records`, every response is
+    appended to it (benchmark, question, reference, response, extracted answer, correct)."""
     e, n = config.eval, config.eval.samples
     settings = config_lib.eval_settings(config, tok)
     results: dict[str, float] = {}
@@ -56,6 +59,19 @@ def evaluate(
                 [extract_answer(t, settings.extractors) for t in r.texts[i * n : (i + 1) * n]]
                 for i in range(len(chunk))
             ]
+            if records is not None:
+                records += [
+                    {
+                        "benchmark": name,
+                        "question": p.question,
+                        "reference": p.answer,
+                        "response": r.texts[i * n + j],
+                        "extracted": answers[start + i][j],
+                        "correct": bool(r.correct[i, j]),
+                    }
+                    for i, p in enumerate(chunk)
+                    for j in range(n)
+                ]
             if e.diversity:
                 diverse += diversity_of_correct(r)
         correct = np.concatenate(correct)

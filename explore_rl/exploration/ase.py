@@ -109,9 +109,15 @@ class ASE(Explorer):
         _require(e.d_pca >= 1, f"d_pca={e.d_pca}: must be >= 1")
         _require(e.min_pairs >= e.k, f"min_pairs={e.min_pairs}: K-means needs >= k={e.k}")
         _require(e.interval >= 1, f"interval={e.interval}: must be >= 1")
-        _require(e.capacity >= e.min_pairs, f"capacity={e.capacity} < min_pairs={e.min_pairs}")
+        _require(
+            e.capacity >= e.min_pairs,
+            f"capacity={e.capacity} < min_pairs={e.min_pairs}",
+        )
         _require(e.kmeans_init >= 1, f"kmeans_init={e.kmeans_init}: must be >= 1")
-        _require(e.directions in DIRECTIONS, f"directions={e.directions!r}: allowed {DIRECTIONS}")
+        _require(
+            e.directions in DIRECTIONS,
+            f"directions={e.directions!r}: allowed {DIRECTIONS}",
+        )
         _require(e.routing in ROUTINGS, f"routing={e.routing!r}: allowed {ROUTINGS}")
         if not self.run_config.rl.tis_cap:
             warnings.warn("ASE without TIS (rl.tis_cap=0): the paper uses c_IS = 2", stacklevel=2)
@@ -171,9 +177,9 @@ class ASE(Explorer):
 
     def shape(self, state, rollouts, advantages, weights, ctx: StepContext) -> Shaped:
         e = self.config
+        if e.routing == "unstructured":  # every row its own vector: no routes to compare
+            return Shaped(advantages, weights, state, {})
         metrics = route_metrics(rollouts, np.asarray(rollouts.plan.info[self.name]["route"]))
-        if e.routing == "unstructured":
-            return Shaped(advantages, weights, state, metrics)
         rng = np.random.default_rng([e.seed, ctx.step])
         pairs = pair_rollouts(np.asarray(rollouts.correct), rng)
         t0 = time.perf_counter()
@@ -295,7 +301,14 @@ def estimate(pos: np.ndarray, neg: np.ndarray, e, rng: np.random.Generator):
     delta = pca.transform(pos) - pca.transform(neg)  # Q h+ - Q h- (the centring cancels)
     labels = KMeans(e.k, n_init=e.kmeans_init, random_state=seed).fit_predict(delta)
     diffs = pos - neg
-    candidates = np.stack([diffs[labels == k].mean(axis=0) for k in range(e.k)])
+    # K-means may leave a cluster empty (repeated points): its candidate is then the mean of
+    # all differences (ours), never NaN, which the EMA would keep for good
+    candidates = np.stack(
+        [
+            diffs[labels == k].mean(axis=0) if (labels == k).any() else diffs.mean(axis=0)
+            for k in range(e.k)
+        ]
+    )
     if e.directions == "reversed":
         candidates = -candidates
     elif e.directions == "random":  # norm-matched random directions (seed 001, App. D)

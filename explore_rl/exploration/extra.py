@@ -14,26 +14,31 @@ the public code's default). The step's correct embeddings then join the memory.
 Prefix regeneration (ExTra-R, from step `warmup` on). A problem is hard when its pass rate
 is <= 1/G (`hard = "pass_rate"`, the public code) or when every rollout failed
 (`"all_incorrect"`, the paper's App. B.5). From a hard group's rollout with the lowest mean
-token entropy (entropies of the sampling policy at temperature 1, from the sampler), the
+token entropy (any of its rollouts, as the spec says: under `pass_rate` it can be the one
+correct response; entropies of the sampling policy at temperature 1, from the sampler), the
 cut points are the tokens that end a line; walking from the start, a cut is kept when it is
 at least `min_gap` tokens after the last kept one (or the response start: ours, the paper
 says "merge cuts less than 32 tokens apart"); the last kept cut is dropped (its prefix is
-almost the whole failed response); at most `max_cuts` evenly spaced ones remain. A cut's
+almost the whole response); at most `max_cuts` evenly spaced ones remain. A cut's
 score is the mean token entropy (MTE) of the response up to and including it. Each cut's
 prefix joins the problem's prefix memory (at most `max_prefixes`, the oldest leave first)
 with its embedding; the scores are smoothed over that memory, h~ = softmax(E E^T / tau) h
 (tau = 0.1, the paper; the authors' scripts used 1.0), and the prefix with the lowest h~
-is chosen. The guided prompt (the problem with the chosen prefix in the assistant turn) is
-pushed to a FIFO queue (at most `queue`, the oldest dropped) and replaces the tail of a
-later batch as its own group: at most `guided_frac` of the batch's groups (ours). A guided
+is chosen (cuts whose guided prompt would pass `rollout.max_prompt_len` are dropped; MiniLM
+reads a text's first 256 word pieces, so prefixes longer than that embed alike). The
+guided prompt (the problem with the chosen prefix in the assistant turn) is pushed to a
+FIFO queue (at most `queue`, the oldest dropped) and replaces the tail of a later batch as
+its own group: at most `guided_frac` of the batch's groups (ours). A guided
 group is rewarded on prefix + response against its *own* problem's answer (the public
 code scores it against the answer of the problem it displaced: not copied), and the
 update scores the response tokens only (the prefix is prompt). Guided groups are not
 themselves mined for prefixes. `clamp_guided` floors guided rows' advantages at 0.
 
 Memories and the queue are host state (`hoststate.HostState`), saved with each checkpoint;
-embeddings are stored as float16. With dynamic sampling, the refill batches of one step
-take the same queue head; the step consumes it once.
+embeddings are stored as float16. A guided prompt is used once: the step removes the
+entries its plan took, whether or not their groups stayed in the batch (with dynamic
+sampling the refill batches take the same head, and all-wrong groups are dropped; only the
+groups kept in the batch are mined for prefixes).
 
 Variants (configs/extra.py): ExTra-N (`regen = False`), ExTra-R (`novelty = False`),
 ExTra (both).
@@ -46,6 +51,7 @@ from __future__ import annotations
 import base64
 import functools
 import time
+import warnings
 import zlib
 
 import jax
@@ -105,6 +111,12 @@ class ExTra(Explorer):
         _require(e.min_gap >= 1 and e.max_cuts >= 1, "min_gap and max_cuts must be >= 1")
         _require(e.max_prefixes >= 1 and e.queue >= 1, "max_prefixes and queue must be >= 1")
         _require(0 <= e.guided_frac <= 1, f"guided_frac={e.guided_frac}: must be in [0, 1]")
+        if e.regen and self.run_config.rollout.dynamic_sampling:
+            warnings.warn(
+                "ExTra-R with dynamic sampling mines only the groups the filter keeps "
+                "(all-wrong ones are dropped before regeneration sees them)",
+                stacklevel=2,
+            )
 
     # ------------------------------------------------------------------ state
 
@@ -125,7 +137,11 @@ class ExTra(Explorer):
         guided = [Problem(e["question"], e["answer"], tuple(e["prefix"])) for e in queue[:k]]
         rows = np.zeros(b, bool)
         rows[(q - k) * (b // q) :] = True
-        info = {**plan.info, self.name: {"guided": rows}}
+        # per row: the guided rows, and how many queue entries the plan took (k)
+        info = {
+            **plan.info,
+            self.name: {"guided": rows, "taken": np.full(b, k, np.int32)},
+        }
         return plan.replace(problems=plan.problems[: q - k] + guided, info=info)
 
     # ------------------------------------------------------------------ rewards and shape
@@ -156,12 +172,10 @@ class ExTra(Explorer):
         metrics["encoder_s"] = time.perf_counter() - t0
         if e.clamp_guided:
             advantages = np.where(guided, np.maximum(advantages, 0.0), advantages)
-        # the batch's guided groups came from the queue's head (distinct ones: a DAPO
-        # refill batch takes the same head again)
-        taken = {
-            (p.id, p.prefix) for p, g in zip(rollouts.problems, guided[:: rollouts.group_size]) if g
-        }
-        queue = data["queue"][len(taken) :]
+        # the plan took the queue's first k entries: each is used once, kept in the batch or
+        # not (a DAPO refill batch takes the same head, and the step consumes it once)
+        taken = int(np.max(rollouts.plan.info[self.name]["taken"]))
+        queue = data["queue"][taken:]
         pushed = int(state["pushed"])
         if e.regen and ctx.step >= e.warmup:
             t0 = time.perf_counter()
@@ -205,7 +219,11 @@ class ExTra(Explorer):
                     jnp.asarray(mask),
                 )
             )
-        rows = [t[m] for t, m in zip(tokens, mask)]
+        g = rollouts.group_size  # the tokens the reward saw: a guided row's prefix + response
+        rows = [
+            np.concatenate([rollouts.problems[i // g].prefix, t[m]]).astype(np.int64)
+            for i, (t, m) in enumerate(zip(tokens, mask))
+        ]
         if e.last_tokens:
             rows = [r[-e.last_tokens :] for r in rows]
         if e.features == "ngram":
@@ -251,6 +269,8 @@ class ExTra(Explorer):
             r = rows[int(np.argmin(mte))]
             resp, ent = tokens[r][mask[r]], entropy[r][mask[r]]
             cuts = select_cuts(np.flatnonzero(self.ends_line(ctx.tok, resp)), e.min_gap, e.max_cuts)
+            room = ctx.settings.max_prompt_len - int(np.sum(rollouts.prompt_mask[i]))
+            cuts = cuts[cuts + 1 <= room]  # a guided prompt must fit rollout.max_prompt_len
             if not len(cuts):
                 continue
             scores = [float(ent[: c + 1].mean()) for c in cuts]
@@ -271,7 +291,11 @@ class ExTra(Explorer):
             chosen.append(best["mte"])
             random_mte.append(scores[int(rng.integers(len(scores)))])
             fresh.append(
-                {"question": problem.question, "answer": problem.answer, "prefix": best["tokens"]}
+                {
+                    "question": problem.question,
+                    "answer": problem.answer,
+                    "prefix": best["tokens"],
+                }
             )
         metrics = {"hard": hard, "pushed": len(fresh)}
         if chosen:

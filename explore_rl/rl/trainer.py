@@ -22,12 +22,14 @@ from jax.sharding import Mesh
 from ml_collections import ConfigDict
 from tqdm import tqdm
 
+from explore_rl import checkpoint as checkpoint_lib
 from explore_rl import config as config_lib
 from explore_rl import memory, parallel
 from explore_rl.checkpoint import Checkpointer
 from explore_rl.evaluation import metrics as metrics_lib
 from explore_rl.evaluation.evaluate import evaluate
 from explore_rl.exploration import base as exploration
+from explore_rl.hoststate import HostState
 from explore_rl.logs import RunLogger
 from explore_rl.rewards.math import Verifier, extract_answer
 from explore_rl.rl import advantages as advantages_lib
@@ -273,7 +275,7 @@ def _train(c, workdir: str, verifier: Verifier):
     for step in bar:
         progress, metrics, ro = train_one_step(run, progress, step)
         if c.train.eval_every and (step + 1) % c.train.eval_every == 0:
-            metrics.update(run_evaluation(run, progress, step + 1))
+            metrics.update(run_evaluation(run, progress.state.params, progress.explorers, step + 1))
         if (step + 1) % c.train.log_every == 0 or step + 1 == c.train.steps:
             logger.log(step + 1, metrics, _samples(ro, run.tok, c.train.samples_to_log))
         if (step + 1) % c.train.checkpoint_every == 0 or step + 1 == c.train.steps:
@@ -288,19 +290,20 @@ def _train(c, workdir: str, verifier: Verifier):
     return progress
 
 
-def run_evaluation(run: Run, progress: Progress, step: int) -> dict:
-    """Held-out evaluation of the params after `step` steps; explorers may act at test
-    time (EAD's schedule at step `step`)."""
-    ctx = run.context(progress.state.params, step)
+def run_evaluation(run: Run, params, states: dict, step: int, records=None) -> dict:
+    """Held-out evaluation of `params` after `step` steps; explorers may act at test time
+    (EAD's schedule at step `step`), reading their `states`."""
+    ctx = run.context(params, step)
     return evaluate(
-        progress.state.params,
+        params,
         run.cfg,
         run.tok,
         run.test_sets,
         run.config,
         run.verifier,
         jax.random.fold_in(run.eval_key, step),
-        lambda p: exploration.eval_plan(run.explorers, progress.explorers, p, ctx),
+        lambda p: exploration.eval_plan(run.explorers, states, p, ctx),
+        records,
     )
 
 
@@ -330,6 +333,13 @@ def train_one_step(run: Run, progress: Progress, step: int):
     return Progress(state, jnp.asarray(position, jnp.int32), states), metrics, ro
 
 
+def _arrays(state):
+    """An explorer state without its host data (`HostState`): what evaluation restores."""
+    if isinstance(state, dict):
+        return {k: _arrays(v) for k, v in state.items() if not isinstance(v, HostState)}
+    return state
+
+
 def _samples(ro, tok, n: int) -> list[dict]:
     """Every (B / n)-th rollout; `response` is the text the reward saw (prefix included)."""
     g, out = ro.group_size, []
@@ -343,25 +353,33 @@ def _samples(ro, tok, n: int) -> list[dict]:
 
 
 def run_eval(c, workdir: str | None) -> dict:
-    """--mode eval: the model (or a run's newest checkpoint) on the held-out benchmarks."""
+    """--mode eval: the model, or a run's checkpoint (`eval.checkpoint`, `eval.step`), on the
+    held-out benchmarks; writes eval.json and eval_responses.jsonl (every response with its
+    extracted answer) to `workdir`. Only the params (and the eval config's explorers' state,
+    for methods that act at test time) are restored: no optimizer state is allocated, and
+    the training run's methods need not be in the eval config."""
     config_lib.validate(c)
-    params, cfg, tok = config_lib.load_policy(c)
-    run = Run.create(c, cfg, tok, verifier=None)
-    ctx = run.context(params, 0)
-    states = {ex.name: ex.template(ctx) for ex in run.explorers}
-    progress = Progress(init_state(params, run.optimizer), jnp.zeros((), jnp.int32), states)
+    mesh = parallel.make_mesh(c.mesh.data, c.mesh.fsdp)
+    params, cfg, tok = config_lib.load_policy(c, parallel.placer(mesh))
+    run = Run.create(c, cfg, tok, verifier=None, mesh=mesh)
+    states = {ex.name: ex.template(run.context(params, 0)) for ex in run.explorers}
     step = 0
     if c.eval.checkpoint:
-        ckpt = Checkpointer(c.eval.checkpoint)
-        step = ckpt.latest_step()
-        if step is None:
-            raise ValueError(f"{c.eval.checkpoint}: no checkpoint to evaluate")
-        progress = ckpt.restore(step, progress)
-        ckpt.close()
+        folder, step = checkpoint_lib.locate(c.eval.checkpoint, c.eval.step)
+        arrays = {n: _arrays(s) for n, s in states.items() if jax.tree.leaves(_arrays(s))}
+        like = {"state": {"params": params}, **({"explorers": arrays} if arrays else {})}
+        saved = checkpoint_lib.restore_subset(folder, step, like)
+        params = saved["state"]["params"]
+        for n in arrays:  # the saved arrays, beside the host data the template holds
+            restored = saved["explorers"][n]
+            states[n] = {**states[n], **restored} if isinstance(states[n], dict) else restored
+    records = []
     with Verifier(c.reward.workers, c.reward.timeout) as run.verifier:
-        results = run_evaluation(run, progress, step)
+        results = run_evaluation(run, params, states, step, records)
     if workdir:
         os.makedirs(workdir, exist_ok=True)
         with open(os.path.join(workdir, "eval.json"), "w") as f:
-            json.dump(results, f, indent=2)
+            json.dump({"step": step, **results}, f, indent=2)
+        with open(os.path.join(workdir, "eval_responses.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
     return results
