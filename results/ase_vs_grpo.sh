@@ -4,7 +4,6 @@
 # results/run.sh (operands of 1-2 digits, 12 steps, 4 prompts x 8 rollouts x 32 tokens a
 # step: the same rollout budget), seeds 0, 1, 2; GRPO's runs are results/fidelity.sh's.
 #   bash results/ase_vs_grpo.sh
-#   python -m explore_rl.evaluation.report runs/fid/hard/{grpo,ase}*
 set -euo pipefail
 source "$(dirname "$0")/run.sh"
 for seed in 0 1 2; do
@@ -12,3 +11,4 @@ for seed in 0 1 2; do
     run hard "$seed" "$config"
   done
 done
+python -m explore_rl.analysis --out results/figures/ase_hard runs/fid/hard/{grpo,ase}*

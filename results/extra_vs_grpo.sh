@@ -5,7 +5,6 @@
 # 2; GRPO's runs are results/fidelity.sh's. ExTra's demo scale: regeneration from step 3,
 # line-break cuts 4 tokens apart.
 #   bash results/extra_vs_grpo.sh
-#   python -m explore_rl.evaluation.report runs/fid/hard/{grpo,extra}*
 set -euo pipefail
 source "$(dirname "$0")/run.sh"
 for seed in 0 1 2; do
@@ -13,3 +12,4 @@ for seed in 0 1 2; do
     run hard "$seed" "$config"
   done
 done
+python -m explore_rl.analysis --out results/figures/extra_hard runs/fid/hard/{grpo,extra}*

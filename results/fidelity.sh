@@ -7,7 +7,6 @@
 #   demo: 1-digit additions, 12 steps (evaluations after steps 6 and 12)
 #   hard: operands of 1-2 digits, 12 steps (evaluations after steps 6 and 12)
 #   bash results/fidelity.sh [demo|hard|clip]        (no argument: all three)
-#   python -m explore_rl.evaluation.report runs/fid/demo/*; ... runs/fid/hard/*
 # A run directory that already has all its steps is skipped (rerunning resumes the rest).
 set -euo pipefail
 source "$(dirname "$0")/run.sh"
@@ -22,4 +21,12 @@ for part in ${1:-demo hard clip}; do
         done ;;
     esac
   done
+done
+# figures and summary.md of the settings this invocation ran
+for part in ${1:-demo hard clip}; do
+  case $part in
+    demo) python -m explore_rl.analysis --out results/figures/fidelity_demo runs/fid/demo/* ;;
+    hard) python -m explore_rl.analysis --out results/figures/fidelity_hard \
+      runs/fid/hard/{grpo,ead,eden,controls_py_temperature}* ;;
+  esac
 done
