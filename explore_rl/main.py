@@ -4,8 +4,9 @@
     python -m explore_rl.main --mode eval --config configs/grpo.py:demo \
         --config.eval.checkpoint=runs/demo --workdir runs/demo                    # eval.json
     python -m explore_rl.main --config configs/base.py --mode sample --workdir runs/s
-    python -m explore_rl.main --config configs/base.py --config.sample.temperature=1.0 \\
-        --config.sample.samples_per_prompt=4 --config.sample.prompt_file=prompts.txt
+    python -m explore_rl.main --config configs/base.py --mode sample --workdir runs/s4 \\
+        --config.sample.temperature=1.0 --config.sample.samples_per_prompt=4 \\
+        --config.sample.prompt_file=prompts.txt
 
 Modes: `train` (GRPO; rerunning the same command resumes), `eval` (held-out Mean@n,
 Pass@k, Maj@n to WORKDIR/eval.json), `sample` (prints continuations of prompts, a file or
