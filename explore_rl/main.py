@@ -1,7 +1,7 @@
 """Command line entry point.
 
     python -m explore_rl.main --config configs/grpo.py:demo --workdir runs/demo   # train
-    python -m explore_rl.main --mode eval --config configs/grpo.py:demo \
+    python -m explore_rl.main --mode eval --config configs/grpo.py:demo \\
         --config.eval.checkpoint=runs/demo --workdir runs/demo                    # eval.json
     python -m explore_rl.main --config configs/base.py --mode sample --workdir runs/s
     python -m explore_rl.main --config configs/base.py --mode sample --workdir runs/s4 \\
