@@ -15,7 +15,6 @@ setup(
         "flax>=0.10",
         "optax",
         "orbax-checkpoint",
-        "transformers",  # tokenizers only; the runtime never imports torch
         "tokenizers",
         "jinja2",
         "numpy",
@@ -40,6 +39,7 @@ setup(
             "pytest-xdist",
             "ruff",
             "torch==2.13.0",
+            "transformers",  # reference implementations in the tests; bench's peer
             "accelerate",
             "sentence-transformers",  # the reference for explore_rl/models/minilm.py
             "nbclient",  # executes notebooks/ in the tests

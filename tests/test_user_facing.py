@@ -46,3 +46,43 @@ def test_no_user_facing_file_names_the_shared_folder():
 @pytest.mark.parametrize("name", sorted(tasks.JSONL_PRESETS))
 def test_the_benchmarks_the_presets_name_are_in_the_project(name):
     assert os.path.isfile(os.path.join(ROOT, "data", name, "test.jsonl"))
+
+
+# install_requires name -> the module the code imports
+IMPORT_NAME = {
+    "orbax-checkpoint": "orbax",
+    "ml-dtypes": "ml_dtypes",
+    "scikit-learn": "sklearn",
+    "ml-collections": "ml_collections",
+    "absl-py": "absl",
+    "math-verify": "math_verify",
+}
+DEV_ONLY = {"torch", "transformers"}  # bench.py's peer comparison (the dev extra)
+
+
+def test_the_runtime_dependencies_are_exactly_what_the_runtime_imports():
+    import ast
+    import re
+    import sys
+
+    setup = open(os.path.join(ROOT, "setup.py")).read()
+    block = setup[
+        setup.index("install_requires=[") : setup.index("],", setup.index("install_requires"))
+    ]
+    declared = {
+        IMPORT_NAME.get(n, n) for n in re.findall(r'"([A-Za-z0-9_.-]+?)(?:[<>=].*?)?"', block)
+    }
+    imported = set()
+    for entry in ("explore_rl", "configs", "launch"):
+        for folder, _, names in os.walk(os.path.join(ROOT, entry)):
+            for name in names:
+                if name.endswith(".py"):
+                    tree = ast.parse(open(os.path.join(folder, name)).read())
+                    for node in ast.walk(tree):
+                        if isinstance(node, ast.Import):
+                            imported |= {a.name.split(".")[0] for a in node.names}
+                        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                            imported.add(node.module.split(".")[0])
+    first_party = {"explore_rl", "configs", "launch", "__future__"}
+    third_party = imported - set(sys.stdlib_module_names) - first_party - DEV_ONLY
+    assert third_party == declared
