@@ -29,6 +29,7 @@ setup(
         "gguf",
         "math-verify",
         "tqdm",
+        "pyarrow",  # Parquet and datasets-folder training data
         "pandas",  # explore_rl.analysis: run tables
         "matplotlib",  # explore_rl.analysis: figures
     ],

@@ -40,7 +40,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.model.dtype = "float32"  # activations and matmuls: float32 | bfloat16 (logits f32)
 
     c.task = ConfigDict()
-    c.task.name = "arithmetic"  # a registered task: arithmetic (in code) | jsonl (files)
+    c.task.name = "arithmetic"  # a registered task: arithmetic (in code) | jsonl (dataset files)
     c.task.num_operands = 2  # arithmetic: numbers per question
     c.task.min_digits = 1  # arithmetic: fewest digits of an operand
     c.task.max_digits = 1  # arithmetic: most digits of an operand
@@ -48,13 +48,13 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.task.style = "expression"  # arithmetic: expression ("What is 3 + 4?") | word (one step)
     c.task.train_size = 2000  # arithmetic: training questions generated
     c.task.test_size = 64  # arithmetic: held-out questions for evaluation
-    c.task.train_path = ""  # jsonl: training file
-    c.task.test_paths = ""  # jsonl: comma-separated evaluation files
+    c.task.train_path = ""  # jsonl: training data: .jsonl, .json array, .parquet, datasets dir
+    c.task.test_paths = ""  # jsonl: comma-separated evaluation files, named by their file
     c.task.preset = (
         ""  # jsonl: field preset (gsm8k, math500, aime24, amc23, ...); "" = fields below
     )
-    c.task.question_field = "question"  # jsonl: question field
-    c.task.answer_field = "answer"  # jsonl: reference answer field
+    c.task.question_field = "question"  # jsonl: question field (dotted for nested: a.b)
+    c.task.answer_field = "answer"  # jsonl: reference answer field (e.g. reward_model.ground_truth)
     c.task.answer_from = "field"  # jsonl: field | hash (#### N) | boxed | list
     c.task.instruction = " Put the final answer in \\boxed{}."  # appended to each question
 

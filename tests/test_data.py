@@ -51,32 +51,36 @@ COUNTS = {
 
 def test_jsonl_presets_read_the_project_benchmarks(caplog):
     for name, n in COUNTS.items():
-        problems = tasks.read_jsonl(
+        problems = tasks.read_problems(
             os.path.join(DATA, name, "test.jsonl"), tasks.JSONL_PRESETS[name]
         )
         assert len(problems) == n, name
-    gsm = tasks.read_jsonl(os.path.join(DATA, "gsm8k", "test.jsonl"), tasks.JSONL_PRESETS["gsm8k"])
+    gsm = tasks.read_problems(
+        os.path.join(DATA, "gsm8k", "test.jsonl"), tasks.JSONL_PRESETS["gsm8k"]
+    )
     assert gsm[0].question.startswith("Janet") and gsm[0].answer == "18"  # "#### 18"
-    amc = tasks.read_jsonl(os.path.join(DATA, "amc23", "test.jsonl"), tasks.JSONL_PRESETS["amc23"])
+    amc = tasks.read_problems(
+        os.path.join(DATA, "amc23", "test.jsonl"), tasks.JSONL_PRESETS["amc23"]
+    )
     assert amc[0].answer == "27"  # stored as the float 27.0
-    assert "skipped 2 rows" in caplog.text and "[168, 193]" in caplog.text  # gaokao's blanks
+    assert "skipped 2 rows" in caplog.text and "['line 168', 'line 193']" in caplog.text
 
 
 def test_jsonl_errors_name_the_line(tmp_path):
     path = tmp_path / "d.jsonl"
     spec = tasks.JsonlSpec("q", "a", "hash")
     path.write_text('{"q": "1+1", "a": "#### 2"}\n{"q": "2+2", "a": "4"}\n')
-    with pytest.raises(ValueError, match=r"d.jsonl:2: empty question or no hash answer"):
-        tasks.read_jsonl(str(path), spec, strict=True)
-    assert tasks.read_jsonl(str(path), spec) == [tasks.Problem("1+1", "2")]
+    with pytest.raises(ValueError, match=r"d.jsonl: line 2: empty question or no hash answer"):
+        tasks.read_problems(str(path), spec, strict=True)
+    assert tasks.read_problems(str(path), spec) == [tasks.Problem("1+1", "2")]
     path.write_text('{"q": "1+1", "a": "#### 2"}\n{"q": "oops"\n')
     with pytest.raises(ValueError, match=r"d.jsonl:2: not valid JSON"):
-        tasks.read_jsonl(str(path), spec)
+        tasks.read_problems(str(path), spec)
     path.write_text('{"question": "1+1", "a": "2"}\n')
     with pytest.raises(
-        ValueError, match=r"d.jsonl:1: no field 'q' \(fields: \['a', 'question'\]\)"
+        ValueError, match=r"d.jsonl: line 1: no field 'q' \(fields: \['a', 'question'\]\)"
     ):
-        tasks.read_jsonl(str(path), spec)
+        tasks.read_problems(str(path), spec)
 
 
 @tasks.register("test_two_sums")
@@ -127,3 +131,70 @@ def test_the_exhausted_space_shortcut_equals_the_plain_scan(split, n):
     # 1-digit sums have 80 train and 20 test questions: both n use their split up
     fast = [p.question for p in tasks.make_arithmetic(n, seed=5, split=split)]
     assert fast == _reference_arithmetic(n, 5, split)
+
+
+ROWS = [
+    {"extra_info": {"question": "What is 2 + 2?"}, "reward_model": {"ground_truth": "4"}},
+    {"extra_info": {"question": "What is 3 * 3?"}, "reward_model": {"ground_truth": "9"}},
+]
+NESTED = tasks.JsonlSpec("extra_info.question", "reward_model.ground_truth")  # verl's fields
+
+
+def _datasets_folder(path, rows):
+    """The layout datasets.Dataset.save_to_disk writes (with the library when installed)."""
+    try:
+        import datasets
+
+        datasets.Dataset.from_list(rows).save_to_disk(str(path))
+        return
+    except ImportError:
+        pass
+    import json
+
+    import pyarrow as pa
+
+    os.makedirs(path)
+    table = pa.Table.from_pylist(rows)
+    with pa.OSFile(str(path / "data-00000-of-00001.arrow"), "wb") as sink:
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+    state = {"_data_files": [{"filename": "data-00000-of-00001.arrow"}]}
+    (path / "state.json").write_text(json.dumps(state))
+
+
+def test_every_dataset_format_gives_the_same_problems(tmp_path):
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    (tmp_path / "d.json").write_text(json.dumps(ROWS))
+    pq.write_table(pa.Table.from_pylist(ROWS), str(tmp_path / "d.parquet"))
+    _datasets_folder(tmp_path / "folder", ROWS)
+    expected = [tasks.Problem("What is 2 + 2?", "4"), tasks.Problem("What is 3 * 3?", "9")]
+    for name in ("d.jsonl", "d.json", "d.parquet", "folder"):
+        assert tasks.read_problems(str(tmp_path / name), NESTED) == expected, name
+    with pytest.raises(ValueError, match=r"d.json: row 0: no field 'extra_info.q'"):
+        tasks.read_problems(str(tmp_path / "d.json"), tasks.JsonlSpec("extra_info.q", "x"))
+    with pytest.raises(ValueError, match="not a datasets save_to_disk folder"):
+        tasks.read_problems(str(tmp_path), NESTED)
+
+
+def test_test_sets_are_named_by_their_files(tmp_path):
+    import json
+
+    from explore_rl import config as config_lib
+
+    for name, q in (("aime24", "problem"), ("amc23", "question")):  # each preset's fields
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps({q: f"{name}?", "answer": "1"}) + "\n")
+    assert tasks.benchmark_name("data/gsm8k/test.jsonl") == "gsm8k"
+    assert tasks.benchmark_name(str(tmp_path / "aime24.jsonl")) == "aime24"
+    c = config_lib.load("configs/base.py")
+    c.task.name, c.task.train_path = "jsonl", str(tmp_path / "amc23.jsonl")
+    c.task.test_paths = f"{tmp_path}/aime24.jsonl,{tmp_path}/amc23.jsonl"
+    _, test = config_lib.load_problems(c)
+    assert sorted(test) == ["aime24", "amc23"]  # one folder, two names
+    c.task.test_paths = f"{tmp_path}/aime24.jsonl,{tmp_path}/aime24.jsonl"
+    with pytest.raises(ValueError, match="two test sets are named 'aime24'"):
+        config_lib.load_problems(c)

@@ -8,11 +8,14 @@ once the split's distinct questions are used up (e.g. 1-digit + 1-digit has 100 
 
     make_arithmetic(8, seed=0, num_operands=2, min_digits=1, max_digits=2, ops="+-")
 
-JSONL datasets name their question and answer fields differently, and some keep the answer
-inside a solution; a `JsonlSpec` says where to look, and `JSONL_PRESETS` covers the
-benchmark files in the project's `data/` folder:
+Dataset files (the `jsonl` task) are rows of fields: JSONL, a JSON array of objects,
+Parquet, or a Hugging Face `datasets` folder written by `save_to_disk`. Datasets name their
+question and answer fields differently, nest them (verl's `reward_model.ground_truth`: a
+dotted path), and some keep the answer inside a solution; a `JsonlSpec` says where to
+look, and `JSONL_PRESETS` covers the benchmark files in the project's `data/` folder:
 
-    read_jsonl("data/gsm8k/test.jsonl", JSONL_PRESETS["gsm8k"])
+    read_problems("data/gsm8k/test.jsonl", JSONL_PRESETS["gsm8k"])
+    read_problems("train.parquet", JsonlSpec("extra_info.question", "reward_model.ground_truth"))
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import json
 import logging
 import math
 import operator
+import os
 import zlib
 
 import numpy as np
@@ -218,38 +222,91 @@ def _reference(value, how: str) -> str | None:
     return text.strip("$").strip() or None
 
 
-def read_jsonl(path: str, spec: JsonlSpec, strict: bool = False) -> list[Problem]:
-    """Problems from a JSONL file. Malformed JSON or a missing field is an error naming
-    the line; a row with an empty question or answer is skipped with a warning naming its
-    lines (an error when `strict`): real files have a few (gaokao2023en line 168)."""
+def _arrow_rows(table) -> list[dict]:
+    return table.to_pylist()
+
+
+def read_rows(path: str):
+    """(where, row) of each row of a dataset file or folder: a line number for JSONL, an
+    index for JSON arrays, Parquet and `datasets` folders."""
+    if os.path.isdir(path):  # datasets.save_to_disk: state.json names the Arrow files
+        state = os.path.join(path, "state.json")
+        if not os.path.exists(state):
+            raise ValueError(f"{path}: a folder, but not a datasets save_to_disk folder")
+        import pyarrow as pa
+
+        with open(state) as f:
+            files = [d["filename"] for d in json.load(f)["_data_files"]]
+        rows = []
+        for name in files:
+            with pa.memory_map(os.path.join(path, name)) as source:
+                rows += _arrow_rows(pa.ipc.open_stream(source).read_all())
+        yield from ((f"row {i}", r) for i, r in enumerate(rows))
+    elif path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        yield from ((f"row {i}", r) for i, r in enumerate(_arrow_rows(pq.read_table(path))))
+    elif path.endswith(".json"):
+        with open(path) as f:
+            try:
+                rows = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}: not valid JSON ({e})") from None
+        if not isinstance(rows, list):
+            raise ValueError(f"{path}: a .json dataset must be an array of objects")
+        yield from ((f"row {i}", r) for i, r in enumerate(rows))
+    else:
+        with open(path) as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        yield f"line {n}", json.loads(line)
+                    except json.JSONDecodeError as e:
+                        raise ValueError(f"{path}:{n}: not valid JSON ({e})") from None
+
+
+_MISSING = object()
+
+
+def field(row, dotted: str):
+    """The value at a dotted path ("reward_model.ground_truth"); _MISSING if absent."""
+    for part in dotted.split("."):
+        if not isinstance(row, dict) or part not in row:
+            return _MISSING
+        row = row[part]
+    return row
+
+
+def read_problems(path: str, spec: JsonlSpec, strict: bool = False) -> list[Problem]:
+    """Problems from a dataset file or folder (`read_rows`). Malformed JSON or a missing
+    field is an error naming the row; a row with an empty question or answer is skipped
+    with a warning naming its rows (an error when `strict`): real files have a few
+    (gaokao2023en line 168)."""
     if spec.answer_from not in ("field", "hash", "boxed", "list"):
         raise ValueError(f"answer_from={spec.answer_from!r}: allowed field, hash, boxed, list")
+    if not os.path.exists(path):
+        raise ValueError(f"{path}: no such dataset file or folder")
     problems, empty = [], []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not valid JSON ({e})") from None
-            for field in (spec.question_field, spec.answer_field):
-                if field not in row:
-                    raise ValueError(f"{path}:{n}: no field {field!r} (fields: {sorted(row)})")
-            question = str(row[spec.question_field]).strip()
-            answer = _reference(row[spec.answer_field], spec.answer_from)
-            if question and answer:
-                problems.append(Problem(question, answer))
-            else:
-                empty.append(n)
+    for where, row in read_rows(path):
+        values = [field(row, f) for f in (spec.question_field, spec.answer_field)]
+        for name, value in zip((spec.question_field, spec.answer_field), values):
+            if value is _MISSING:
+                fields = sorted(row) if isinstance(row, dict) else type(row).__name__
+                raise ValueError(f"{path}: {where}: no field {name!r} (fields: {fields})")
+        question = str(values[0]).strip()
+        answer = _reference(values[1], spec.answer_from)
+        if question and answer:
+            problems.append(Problem(question, answer))
+        else:
+            empty.append(where)
     if empty and strict:
         raise ValueError(
-            f"{path}:{empty[0]}: empty question or no {spec.answer_from} answer "
+            f"{path}: {empty[0]}: empty question or no {spec.answer_from} answer "
             f"in {spec.answer_field!r}"
         )
     if empty:
         logging.warning(
-            "%s: skipped %d rows with no question or answer (lines %s)",
+            "%s: skipped %d rows with no question or answer (%s)",
             path,
             len(empty),
             empty[:10],
@@ -257,6 +314,23 @@ def read_jsonl(path: str, spec: JsonlSpec, strict: bool = False) -> list[Problem
     if not problems:
         raise ValueError(f"{path}: no usable rows")
     return problems
+
+
+def benchmark_name(path: str) -> str:
+    """A test set's name: its file's stem ("data/aime24.jsonl" -> "aime24"), or its
+    folder's when the stem is a split name ("data/gsm8k/test.jsonl" -> "gsm8k")."""
+    path = path.rstrip("/")
+    stem = os.path.splitext(os.path.basename(path))[0]
+    if stem in (
+        "test",
+        "train",
+        "validation",
+        "val",
+        "dev",
+        "data",
+    ) and os.path.dirname(path):
+        return os.path.basename(os.path.dirname(path))
+    return stem
 
 
 @register("arithmetic")
@@ -277,11 +351,14 @@ def arithmetic_task(t, seed: int):
 
 @register("jsonl")
 def jsonl_task(t, seed: int):
-    """Problems from JSONL files: `train_path`, and `test_paths` (comma-separated); the
-    settings are checked by `config.validate`."""
+    """Problems from dataset files (JSONL, JSON array, Parquet, `datasets` folder):
+    `train_path`, and `test_paths` (comma-separated; each named by `benchmark_name`, read
+    with the preset of that name when there is one); checked by `config.validate`."""
     spec = JSONL_PRESETS.get(t.preset) or JsonlSpec(t.question_field, t.answer_field, t.answer_from)
     test = {}
     for path in filter(None, (p.strip() for p in t.test_paths.split(","))):
-        name = path.rstrip("/").split("/")[-2] if "/" in path else path
-        test[name] = read_jsonl(path, JSONL_PRESETS.get(name, spec))
-    return read_jsonl(t.train_path, spec), test
+        name = benchmark_name(path)
+        if name in test:
+            raise ValueError(f"task.test_paths: two test sets are named {name!r} ({path})")
+        test[name] = read_problems(path, JSONL_PRESETS.get(name, spec))
+    return read_problems(t.train_path, spec), test
