@@ -3,7 +3,8 @@
 #   demo: the config's demo scale (1-digit additions, 12 steps)
 #   hard: operands of 1-2 digits (task.max_digits=2), where most groups start without
 #         signal; 12 steps, evaluations after 6 and 12
-# Every run evaluates with 8 samples per question, with the diversity of correct responses.
+# Every run evaluates with 8 samples per question, with the diversity of correct responses,
+# and keeps only its newest checkpoint (a demo run's is 1.6 GB: params and Adam moments).
 run() {
   local setting=$1 seed=$2 config=$3 steps=12
   shift 3
@@ -16,5 +17,6 @@ run() {
     return
   fi
   python -m explore_rl.main --config "configs/$config" --workdir "$dir" \
-    --config.seed="$seed" --config.eval.samples=8 --config.eval.diversity=True "${extra[@]}" "$@"
+    --config.seed="$seed" --config.eval.samples=8 --config.eval.diversity=True \
+    --config.train.keep_checkpoints=1 "${extra[@]}" "$@"
 }
