@@ -45,7 +45,7 @@ def test_smoke_cli_writes_the_run_directory_and_reruns(tmp_path):
 def _demo_config(steps):
     c = grpo.get_config("demo")
     c.rollout.prompts, c.rollout.group_size, c.rollout.max_new_tokens = 2, 4, 12
-    c.rl.minibatches = 2
+    c.rl.minibatches = 1  # the resume is what is tested: one update a step is enough
     c.train.steps, c.train.checkpoint_every, c.train.eval_every = steps, 2, 0
     c.reward.workers = 1
     return c
