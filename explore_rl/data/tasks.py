@@ -222,10 +222,6 @@ def _reference(value, how: str) -> str | None:
     return text.strip("$").strip() or None
 
 
-def _arrow_rows(table) -> list[dict]:
-    return table.to_pylist()
-
-
 def read_rows(path: str):
     """(where, row) of each row of a dataset file or folder: a line number for JSONL, an
     index for JSON arrays, Parquet and `datasets` folders."""
@@ -240,12 +236,12 @@ def read_rows(path: str):
         rows = []
         for name in files:
             with pa.memory_map(os.path.join(path, name)) as source:
-                rows += _arrow_rows(pa.ipc.open_stream(source).read_all())
+                rows += pa.ipc.open_stream(source).read_all().to_pylist()
         yield from ((f"row {i}", r) for i, r in enumerate(rows))
     elif path.endswith(".parquet"):
         import pyarrow.parquet as pq
 
-        yield from ((f"row {i}", r) for i, r in enumerate(_arrow_rows(pq.read_table(path))))
+        yield from ((f"row {i}", r) for i, r in enumerate(pq.read_table(path).to_pylist()))
     elif path.endswith(".json"):
         with open(path) as f:
             try:
