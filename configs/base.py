@@ -51,7 +51,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.task.train_path = ""  # jsonl: training data: .jsonl, .json array, .parquet, datasets dir
     c.task.test_paths = ""  # jsonl: comma-separated evaluation files, named by their file
     c.task.preset = (
-        ""  # jsonl: field preset (gsm8k, math500, aime24, amc23, ...); "" = fields below
+        ""  # a benchmark in data/ (gsm8k, math500, aime24, ...): its fields and files; task = jsonl
     )
     c.task.question_field = "question"  # jsonl: question field (dotted for nested: a.b)
     c.task.answer_field = "answer"  # jsonl: reference answer field (e.g. reward_model.ground_truth)

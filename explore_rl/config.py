@@ -83,9 +83,12 @@ def validate(c: ConfigDict) -> None:
         f"optim.micro_batches={c.optim.micro_batches} must divide the {per_minibatch} "
         "prompts of a minibatch",
     )
-    tasks.get(c.task.name)  # a registered task
-    if c.task.name == "jsonl":
-        _check(bool(c.task.train_path), "task.name='jsonl' needs task.train_path")
+    tasks.get(task_name(c))  # a registered task
+    if task_name(c) == "jsonl":
+        _check(
+            bool(c.task.train_path or c.task.test_paths or c.task.preset),
+            "task.name='jsonl' needs task.train_path, task.test_paths or task.preset",
+        )
         _check(
             not c.task.preset or c.task.preset in tasks.JSONL_PRESETS,
             f"task.preset={c.task.preset!r}: allowed {sorted(tasks.JSONL_PRESETS)}",
@@ -205,6 +208,12 @@ def load_policy(c: ConfigDict, place=None):
     return params, cfg, tok
 
 
+def task_name(c: ConfigDict) -> str:
+    """The task that supplies the problems: a preset names benchmark files, so it makes the
+    task 'jsonl' (`--config.task.preset=math500` alone evaluates on MATH500)."""
+    return "jsonl" if c.task.preset else c.task.name
+
+
 def load_problems(c: ConfigDict) -> tuple[list[tasks.Problem], dict[str, list[tasks.Problem]]]:
-    """The training problems and the held-out benchmarks {name: problems} of `task.name`."""
-    return tasks.get(c.task.name)(c.task, c.seed)
+    """The training problems and the held-out benchmarks {name: problems} of the task."""
+    return tasks.get(task_name(c))(c.task, c.seed)

@@ -109,9 +109,9 @@ def left_padded_batch(rng: np.random.Generator, lengths, vocab: int, total: int)
     return tokens, mask
 
 
-def run_main(*args, timeout=600):
-    """`python -m explore_rl.main ARGS` in a subprocess on the CPU backend; the test
-    modules importable (a custom `reward.fn` of a test)."""
+def run_main(*args, timeout=600, cwd=None):
+    """`python -m explore_rl.main ARGS` in a subprocess on the CPU backend (in `cwd`); the
+    test modules importable (a custom `reward.fn` of a test)."""
     tests = os.path.dirname(os.path.abspath(__file__))
     path = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p)
     return subprocess.run(
@@ -120,4 +120,5 @@ def run_main(*args, timeout=600):
         capture_output=True,
         text=True,
         timeout=timeout,
+        cwd=cwd,
     )

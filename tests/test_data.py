@@ -198,3 +198,39 @@ def test_test_sets_are_named_by_their_files(tmp_path):
     c.task.test_paths = f"{tmp_path}/aime24.jsonl,{tmp_path}/aime24.jsonl"
     with pytest.raises(ValueError, match="two test sets are named 'aime24'"):
         config_lib.load_problems(c)
+
+
+def test_a_preset_alone_reads_the_projects_benchmark_files():
+    from explore_rl import config as config_lib
+
+    c = config_lib.load("configs/grpo.py:smoke")
+    c.task.preset = "gsm8k"  # the task becomes 'jsonl'; files from the project's data/
+    train, test = config_lib.load_problems(c)
+    assert len(train) == 7473 and list(test) == ["gsm8k"] and len(test["gsm8k"]) == 1319
+    assert test["gsm8k"][0].answer == "18"  # the preset's fields: the answer after '####'
+    c.task.preset = "math500"  # a test set only
+    train, test = config_lib.load_problems(c)
+    assert train == [] and len(test["math500"]) == 500
+    c.task.test_paths = "data/aime24/test.jsonl"  # given paths win over the preset's
+    assert list(config_lib.load_problems(c)[1]) == ["aime24"]
+
+
+def test_a_preset_evaluates_from_any_directory_and_cannot_train_without_data(tmp_path):
+    """`--config.task.preset=math500` with no path, run outside the clone."""
+    import json
+
+    from conftest import run_main
+
+    args = ["--config", "configs/grpo.py:smoke", "--config.task.preset=math500"]
+    out = run_main(
+        "--mode", "eval", *args, "--config.eval.num_prompts=3", "--workdir", "ev", cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "eval/math500/pass@1" in json.loads((tmp_path / "ev" / "eval.json").read_text())
+    lines = (tmp_path / "ev" / "eval_responses.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert len({r["question"] for r in rows}) == 3 and {r["benchmark"] for r in rows} == {"math500"}
+    assert rows[0]["question"].startswith("Convert the point $(0,3)$")
+    out = run_main(*args, "--workdir", "tr", cwd=tmp_path)
+    assert out.returncode != 0
+    assert "task 'jsonl' has no training problems: set task.train_path" in out.stderr

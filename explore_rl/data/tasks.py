@@ -345,16 +345,37 @@ def arithmetic_task(t, seed: int):
     )
 
 
+# The project's benchmark files (a clone or an editable install): data/<preset>/*.jsonl.
+DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "data")
+
+
+def preset_paths(preset: str) -> tuple[str, str]:
+    """(train file or "", test file) of a preset's folder in the project's `data/`."""
+    folder = os.path.join(DATA_DIR, preset)
+    test = os.path.join(folder, "test.jsonl")
+    if not os.path.isfile(test):
+        raise ValueError(f"task.preset={preset!r}: no {test} (the project's data/ folder)")
+    train = os.path.join(folder, "train.jsonl")
+    return (train if os.path.isfile(train) else ""), test
+
+
 @register("jsonl")
 def jsonl_task(t, seed: int):
     """Problems from dataset files (JSONL, JSON array, Parquet, `datasets` folder):
     `train_path`, and `test_paths` (comma-separated; each named by `benchmark_name`, read
-    with the preset of that name when there is one); checked by `config.validate`."""
+    with the preset of that name when there is one); checked by `config.validate`. A
+    preset alone reads its own files from the project's `data/` (`task.preset=math500`
+    evaluates on MATH500; its training set is empty unless the folder has `train.jsonl`
+    or `train_path` is given)."""
     spec = JSONL_PRESETS.get(t.preset) or JsonlSpec(t.question_field, t.answer_field, t.answer_from)
+    train_path, test_paths = t.train_path, t.test_paths
+    if t.preset:
+        preset_train, preset_test = preset_paths(t.preset)
+        train_path, test_paths = train_path or preset_train, test_paths or preset_test
     test = {}
-    for path in filter(None, (p.strip() for p in t.test_paths.split(","))):
+    for path in filter(None, (p.strip() for p in test_paths.split(","))):
         name = benchmark_name(path)
         if name in test:
             raise ValueError(f"task.test_paths: two test sets are named {name!r} ({path})")
         test[name] = read_problems(path, JSONL_PRESETS.get(name, spec))
-    return read_problems(t.train_path, spec), test
+    return (read_problems(train_path, spec) if train_path else []), test

@@ -243,6 +243,11 @@ def start(c, workdir: str, verifier: Verifier):
     params, cfg, tok = config_lib.load_policy(c, parallel.placer(mesh))
     ref = jax.tree.map(jnp.copy, params) if c.rl.kl_coef else None
     run = Run.create(c, cfg, tok, verifier, workdir, ref, mesh)
+    if not run.train_set:
+        raise ValueError(
+            f"task {config_lib.task_name(c)!r} has no training problems: set task.train_path "
+            "(a preset whose data/ folder has no train.jsonl is a test set only)"
+        )
     ckpt = Checkpointer(workdir, c.train.keep_checkpoints)
     step = ckpt.latest_step() or 0
     ctx = run.context(params, 0)
