@@ -5,6 +5,10 @@
     python -m explore_rl.bench step
     python -m explore_rl.bench startup
 
+`forward`, `sample` and `step` take `--model` (a folder, .gguf or "embedded") and
+`--random-init PRESET` (random weights of a preset's shape, `--model`'s tokenizer: e.g.
+`--random-init qwen2.5-math-7b` times a 7B shape with no checkpoint on disk).
+
 `forward`: tokens/s of the jitted forward (logits included) of the embedded model at
 batch x length tokens, and its achieved FLOP/s as a fraction of the FLOP/s of a large
 jitted matmul in the same dtype (the machine's compute limit). FLOPs are counted as
@@ -87,8 +91,16 @@ def forward_flops(cfg, batch: int, length: int) -> float:
     return batch * (2 * matmul_params(cfg) * length + attention)
 
 
+def _load(args, **dtypes):
+    """The benchmarked model: `--model`'s weights, or `--random-init`'s random weights of a
+    preset shape with `--model`'s tokenizer (a shape timed without its checkpoint)."""
+    if args.random_init:
+        return weights.load_random(args.model, args.random_init, **dtypes)
+    return weights.load_model(args.model, **dtypes)
+
+
 def bench_forward(args) -> dict:
-    params, cfg, _ = weights.load_model(args.model, param_dtype=args.dtype, dtype=args.dtype)
+    params, cfg, _ = _load(args, param_dtype=args.dtype, dtype=args.dtype)
     tokens = jax.random.randint(jax.random.key(0), (args.batch, args.length), 0, cfg.vocab_size)
     mask = jnp.ones_like(tokens, bool)
     positions = transformer.positions_from_mask(mask)
@@ -134,7 +146,7 @@ def sample_flops(cfg, prompt_tokens: int, rows: int, prompt_len: int, new: int) 
 
 
 def bench_sample(args) -> dict:
-    params, cfg, tok = weights.load_model(args.model)
+    params, cfg, tok = _load(args)
     rows = [tok.encode_chat([{"role": "user", "content": q}]) for q in peer_questions()]
     tokens, mask = sampler.left_pad(rows, tok.pad_id)
     b = PEER_PROMPTS * PEER_GROUP
@@ -220,7 +232,7 @@ def bench_step(args) -> dict:
     c.reward.extractors = "last_number"
     c.optim.micro_batches = args.micro_batches
     c.rl.minibatches = 1  # the peers' workload: one optimizer step per rollout batch
-    params, cfg, tok = weights.load_model(args.model)
+    params, cfg, tok = _load(args)
     tok.stop_ids = ()  # 32 tokens forced, as the peers
     problems = [
         Problem(q, str(sum(map(int, q.split("?")[0].split()[2::2])))) for q in peer_questions()
@@ -305,9 +317,13 @@ def main(argv=None):
     stp.add_argument("--model", default=weights.EMBEDDED)
     stp.add_argument("--steps", type=int, default=3)
     stp.add_argument("--micro-batches", type=int, default=1, help="groups split for the update")
+    for p in (fwd, smp, stp):
+        p.add_argument("--random-init", default="", help="a preset: random weights of its shape")
     up = sub.add_parser("startup", help="command to first rollout, cold and warm cache")
     up.add_argument("--config", default="configs/base.py")
     args = parser.parse_args(argv)
+    if args.bench == "sample" and args.random_init and not args.no_peer:
+        parser.error("--random-init: the peer runs the real model; add --no-peer")
     benches = {
         "forward": bench_forward,
         "sample": bench_sample,

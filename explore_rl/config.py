@@ -10,13 +10,12 @@ import dataclasses
 import importlib.util
 import os
 
-import jax
 from ml_collections import ConfigDict
 
 import configs
 from explore_rl.data import tasks
 from explore_rl.exploration import base as exploration
-from explore_rl.models import presets, transformer, weights
+from explore_rl.models import weights
 from explore_rl.rewards import registry as rewards
 from explore_rl.rewards.math import EXTRACTORS
 from explore_rl.rl import advantages, losses
@@ -34,6 +33,26 @@ def config_file(path: str) -> str:
     if os.path.basename(os.path.dirname(path)) in ("configs", "") and os.path.exists(packaged):
         return packaged
     raise ValueError(f"{path}: no such config file")
+
+
+def config_argv(argv: list[str]) -> list[str]:
+    """A command line with `--config configs/x.py:arg` naming the project's config from
+    any directory (the CLIs' flags parse files by path)."""
+
+    def find(value: str) -> str:
+        path, sep, arg = value.partition(":")
+        try:
+            return config_file(path) + sep + arg
+        except ValueError:  # config_flags names the missing file itself
+            return value
+
+    out = list(argv)
+    for i, a in enumerate(out):
+        if a.startswith("--config="):
+            out[i] = "--config=" + find(a[len("--config=") :])
+        elif a == "--config" and i + 1 < len(out):
+            out[i + 1] = find(out[i + 1])
+    return out
 
 
 def load_module(path: str):
@@ -193,19 +212,9 @@ def eval_settings(c: ConfigDict, tok) -> RolloutSettings:
 def load_policy(c: ConfigDict, place=None):
     """(params, ModelConfig, Tokenizer): a checkpoint, or random weights of a preset."""
     dtypes = dict(param_dtype=c.model.param_dtype, dtype=c.model.dtype)
-    if not c.model.random_init:
-        return weights.load_model(c.model.path, place, **dtypes)
-    tok = weights.load_tokenizer(c.model.path)
-    cfg = presets.get_preset(c.model.random_init, vocab_size=tok.vocab_size, **dtypes)
-    params = transformer.init_params(cfg, jax.random.key(c.seed))
-    if place is not None:
-        params = jax.tree_util.tree_map_with_path(
-            lambda path, w: place(
-                tuple(getattr(k, "key", getattr(k, "idx", None)) for k in path), w
-            ),
-            params,
-        )
-    return params, cfg, tok
+    if c.model.random_init:
+        return weights.load_random(c.model.path, c.model.random_init, c.seed, place, **dtypes)
+    return weights.load_model(c.model.path, place, **dtypes)
 
 
 def task_name(c: ConfigDict) -> str:

@@ -34,6 +34,9 @@ _CONFIG = config_flags.DEFINE_config_file(
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (config, samples, ...).")
 _MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "sample"], "What to run.")
+_TRACEBACK = flags.DEFINE_bool(
+    "traceback", False, "On bad input (a config value, a file), the full traceback too."
+)
 
 
 def load_prompts(config) -> list[tuple[str, str | None]]:
@@ -110,39 +113,29 @@ def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)  # orbax and jax are chatty at INFO
     caching.enable_compilation_cache()
-    if _MODE.value == "sample":
-        run_sample(_CONFIG.value, _WORKDIR.value)
+    try:
+        _run(_MODE.value, _CONFIG.value, _WORKDIR.value)
+    except (ValueError, FileNotFoundError) as e:  # bad input: one line that names it
+        if _TRACEBACK.value:
+            raise
+        sys.exit(f"error: {e}  (--traceback for the trace)")
+
+
+def _run(mode: str, config, workdir: str | None):
+    if mode == "sample":
+        run_sample(config, workdir)
         return
     from explore_rl.rl import trainer
 
-    if _MODE.value == "eval":
-        results = trainer.run_eval(_CONFIG.value, _WORKDIR.value)
+    if mode == "eval":
+        results = trainer.run_eval(config, workdir)
         print(json.dumps(results, indent=2))
         return
-    if not _WORKDIR.value:
+    if not workdir:
         raise app.UsageError("--mode train needs --workdir (checkpoints, metrics, resume)")
-    trainer.train(_CONFIG.value, _WORKDIR.value)
-
-
-def _config_paths(argv: list[str]) -> list[str]:
-    """`--config configs/x.py:arg` names the project's config from any directory."""
-
-    def find(value: str) -> str:
-        path, sep, arg = value.partition(":")
-        try:
-            return config_lib.config_file(path) + sep + arg
-        except ValueError:  # config_flags names the missing file itself
-            return value
-
-    out = list(argv)
-    for i, a in enumerate(out):
-        if a.startswith("--config="):
-            out[i] = "--config=" + find(a[len("--config=") :])
-        elif a == "--config" and i + 1 < len(out):
-            out[i + 1] = find(out[i + 1])
-    return out
+    trainer.train(config, workdir)
 
 
 if __name__ == "__main__":
     flags.mark_flag_as_required("config")
-    app.run(main, argv=_config_paths(sys.argv))
+    app.run(main, argv=config_lib.config_argv(sys.argv))

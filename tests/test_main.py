@@ -46,8 +46,15 @@ def test_bad_config_and_prompt_field_fail_clearly(tmp_path):
         "--config.sample.prompt_file",
         str(prompts),
     )
-    assert out.returncode != 0
-    assert f"{prompts}:1: no field 'question' (fields: ['problem'])" in out.stderr
+    assert out.returncode != 0 and "Traceback" not in out.stderr  # one line names it
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {prompts}:1: no field 'question' (fields: ['problem'])")
+    out = run_main(  # a method's check, through the same line
+        "--config", "configs/grpo.py:smoke", "--workdir", str(tmp_path / "r"),
+        "--config.exploration.methods=('eden',)", "--traceback",
+    )  # fmt: skip
+    assert out.returncode != 0 and "Traceback" in out.stderr
+    assert "exploration.eden.noisy=4: must be in [0, group_size=4)" in out.stderr
 
 
 def test_sample_mode_honours_random_init(tmp_path, capsys):

@@ -18,6 +18,7 @@ and over all responses, distinct-4 (unique / total 4-grams), correct ones and al
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 
 import jax
@@ -166,4 +167,4 @@ if __name__ == "__main__":  # flags only here: importing the functions defines n
     _PROMPTS = flags.DEFINE_integer("prompts", 32, "Held-out questions analysed.")
     _SAMPLES = flags.DEFINE_integer("samples", 16, "Rollouts per question and side.")
     _OUT = flags.DEFINE_string("out", "", "Write the numbers as JSON here too.")
-    app.run(main)
+    app.run(main, argv=config_lib.config_argv(sys.argv))

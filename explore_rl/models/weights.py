@@ -394,3 +394,17 @@ def load_model(path: str, place: Place | None = None, **cfg_overrides):
             f"{path}: tokenizer has {tok.vocab_size} tokens, the model only {cfg.vocab_size}"
         )
     return params, cfg, tok
+
+
+def load_random(path: str, preset: str, seed: int = 0, place: Place | None = None, **cfg_overrides):
+    """(params, ModelConfig, Tokenizer): random weights of a preset's shape with the
+    tokenizer of `path` (a model's shape benchmarked or smoke-tested without its weights)."""
+    tok = load_tokenizer(path)
+    cfg = presets.get_preset(preset, vocab_size=tok.vocab_size, **cfg_overrides)
+    params = init_params(cfg, jax.random.key(seed))
+    if place is not None:
+        params = jax.tree_util.tree_map_with_path(
+            lambda p, w: place(tuple(getattr(k, "key", getattr(k, "idx", None)) for k in p), w),
+            params,
+        )
+    return params, cfg, tok

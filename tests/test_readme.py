@@ -1,0 +1,157 @@
+"""Every command in README.md runs: the README is a contract.
+
+The commands are read from the README itself (its shell blocks, then its Python block)
+and run in order in one fresh folder outside the clone, as a user would type them, each
+at the smallest size that still does what it says (`smoke` below): a training command
+trains the same config at its smoke scale, a sampling command draws a few tokens, a
+benchmark times a tiny random model of the same code path, and a model folder the README
+only names is the embedded model's HF folder.
+`make test` is the command that runs this suite; `make demo` is checked with `make -n`
+(its recipe resolves and runs `configs/grpo.py:demo`, trained here at smoke scale).
+"""
+
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.join(ROOT, "tests")
+
+
+def readme_blocks(lang: str) -> list[str]:
+    """The README's ``` blocks of one language: "" the shell, "python", "text" (not run)."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        lines = f.read().splitlines()
+    blocks, current = [], None
+    for line in lines:
+        if line.startswith("```"):
+            if current is None:
+                current = [line[3:].strip()]
+            else:
+                if current[0] == lang:
+                    blocks.append("\n".join(current[1:]) + "\n")
+                current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def readme_commands() -> list[list[str]]:
+    """The README's shell commands, continuation lines joined, comments dropped."""
+    commands = []
+    for block in readme_blocks(""):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words:
+                commands.append(words)
+    return commands
+
+
+def _config_at_smoke_scale(spec: str) -> str:
+    """configs/x.py[:parts] -> the same variant at smoke scale (base.py has no scales)."""
+    path, _, arg = spec.partition(":")
+    if path.endswith("base.py"):
+        return spec
+    parts = [p for p in arg.split(",") if p and p not in ("smoke", "demo", "paper")]
+    return f"{path}:{','.join(parts + ['smoke'])}"
+
+
+def smoke(words: list[str], hf_folder: str) -> list[str]:
+    """A README command at the smallest size that still does what it says."""
+    if words[:1] == ["make"]:
+        return ["make", "-n", "-C", ROOT, *words[1:]]
+    out = []
+    for w in words:
+        if w.startswith("configs/") and ".py" in w:
+            w = _config_at_smoke_scale(w)
+        elif w.startswith("--config.model.path=/"):
+            w = f"--config.model.path={hf_folder}"
+        out.append(w)
+    if out[0] == "python":
+        out[0] = sys.executable
+    if "--mode" in out and out[out.index("--mode") + 1] == "sample":
+        out += ["--config.sample.num_prompts=2", "--config.sample.max_new_tokens=8"]
+    if out[1:3] == ["-m", "explore_rl.bench"]:
+        out += {
+            "forward": ["--random-init", "tiny-llama", "--batch", "2", "--length", "16"],
+            "sample": ["--random-init", "tiny-llama", "--reps", "1", "--no-peer"],
+            "startup": ["--config", "configs/grpo.py:smoke"],
+        }[out[3]]
+    if out[1:3] == ["-m", "explore_rl.evaluation.diversity"]:
+        out += ["--prompts=2", "--samples=2"]
+    return out
+
+
+COMMANDS = readme_commands()
+
+
+def test_the_readme_has_its_commands():
+    assert COMMANDS[0] == ["make", "demo"] and COMMANDS[1] == ["make", "test"]
+    mains = [c for c in COMMANDS if c[:3] == ["python", "-m", "explore_rl.main"]]
+    assert len(mains) >= 10 and any("--mode" in c for c in mains)
+
+
+@pytest.fixture(scope="module")
+def user_folder(tmp_path_factory):
+    """A folder outside the clone with the project's data/ and launch/ (the README's
+    relative paths), and the comparison folder `runs/cmp` its report commands read."""
+    folder = tmp_path_factory.mktemp("user")
+    for name in ("data", "launch"):
+        os.symlink(os.path.join(ROOT, name), folder / name)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def hf_folder():
+    from explore_rl.models import weights
+
+    return weights.gguf_as_hf_folder(weights.embedded_model_path())
+
+
+@pytest.mark.parametrize("words", COMMANDS, ids=[" ".join(c)[:70] for c in COMMANDS])
+def test_the_readme_command_runs(words, user_folder, hf_folder):
+    command = smoke(words, hf_folder)
+    cmp = user_folder / "runs" / "cmp"
+    if "runs/cmp/*" in words and not cmp.exists():  # the runs the README trained before
+        cmp.mkdir(parents=True)
+        for name, run in (("grpo-s0", "demo"), ("ead-s0", "ead"), ("eden-s0", "eden")):
+            os.symlink(user_folder / "runs" / run, cmp / name)
+    path = os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        " ".join(shlex.quote(w) if "*" not in w else w for w in command),
+        shell=True,  # the README's globs expand as in the user's shell
+        cwd=user_folder,
+        env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    report = f"{shlex.join(command)}\n{done.stdout[-1500:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, report
+    if words[:2] == ["make", "demo"]:
+        assert "configs/grpo.py:demo" in done.stdout
+
+
+CACHE = "from explore_rl import caching; caching.enable_compilation_cache()\n"  # as a notebook
+
+
+def test_the_readme_python_runs(user_folder):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            CACHE + readme_blocks("python")[0] + "\nprint(rollout.tokens.shape)",
+        ],
+        cwd=user_folder,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("(8, 64)")
