@@ -128,7 +128,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
 
     c.eval = ConfigDict()
     c.eval.checkpoint = (
-        ""  # --mode eval: a run dir, its checkpoints/ or a step dir; "" = model.path
+        ""  # --mode eval / export: a run dir, its checkpoints/ or a step dir; "" = model.path
     )
     c.eval.step = 0  # --mode eval: the checkpoint step of a run directory; 0 = the newest
     c.eval.num_prompts = 0  # questions per benchmark; 0 = all
@@ -138,6 +138,11 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.eval.max_new_tokens = 48  # evaluation response limit
     c.eval.batch_prompts = 8  # questions per generation batch
     c.eval.diversity = False  # also distinct-4, Self-BLEU, MiniLM LogDet of correct responses
+
+    c.export = ConfigDict()  # --mode export: eval.checkpoint's weights as an HF folder
+    c.export.step = 0  # the checkpoint step of the run directory; 0 = the newest
+    c.export.dtype = ""  # "" = the original checkpoint's | float32 | bfloat16 | float16
+    c.export.max_shard_gb = 5.0  # safetensors shards (and an index) past this size
 
     c.sample = ConfigDict()  # --mode sample
     c.sample.prompt_file = ""  # text (one prompt a line) or JSONL; "" = the task's test split

@@ -10,7 +10,8 @@
 
 Modes: `train` (GRPO; rerunning the same command resumes), `eval` (held-out Mean@n,
 Pass@k, Maj@n to WORKDIR/eval.json), `sample` (prints continuations of prompts, a file or
-the task's test questions, and writes them to WORKDIR/samples/).
+the task's test questions, and writes them to WORKDIR/samples/), `export` (a run's
+weights as a Hugging Face folder in WORKDIR: `explore_rl/export.py`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file (configs/*.py[:arg]).", lock_config=True
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (config, samples, ...).")
-_MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "sample"], "What to run.")
+_MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "sample", "export"], "What to run.")
 _TRACEBACK = flags.DEFINE_bool(
     "traceback", False, "On bad input (a config value, a file), the full traceback too."
 )
@@ -124,6 +125,11 @@ def main(argv):
 def _run(mode: str, config, workdir: str | None):
     if mode == "sample":
         run_sample(config, workdir)
+        return
+    if mode == "export":
+        from explore_rl import export
+
+        export.run_export(config, workdir)
         return
     from explore_rl.rl import trainer
 

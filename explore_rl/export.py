@@ -1,0 +1,98 @@
+"""`--mode export`: a run's trained weights as a Hugging Face folder.
+
+    python -m explore_rl.main --mode export --config configs/grpo.py:demo \\
+        --config.eval.checkpoint=runs/demo [--config.export.step=6] --workdir runs/demo/hf
+
+The folder has `config.json` (the original architecture's name: LlamaForCausalLM,
+Qwen2ForCausalLM, Qwen3ForCausalLM), `model.safetensors` (or shards and their index past
+`export.max_shard_gb`), the tokenizer files and `generation_config.json` of the model the
+run started from (a GGUF-loaded model's are its converted HF files): transformers'
+`from_pretrained` loads it (tests/test_export.py), as does `weights.load_model`; it is the
+layout vLLM reads (not tested here). The params are restored alone (no optimizer state)
+into their shards on the config's mesh, and written one tensor at a time, so the host
+never holds the whole model. `export.dtype`: "" keeps the original checkpoint's dtype (its
+config.json's), or "float32" / "bfloat16" / "float16". Without `eval.checkpoint` the model
+itself is written (a GGUF file as an HF folder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import jax
+
+from explore_rl import checkpoint as checkpoint_lib
+from explore_rl import config as config_lib
+from explore_rl import parallel
+from explore_rl.models import presets, weights
+from explore_rl.models.transformer import init_params
+
+# The files of a model folder that are not its weights or config, copied as they are.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "generation_config.json",
+)
+
+
+def source_dtype(folder: str) -> str:
+    """The dtype the original checkpoint was saved in (config.json), float32 if unknown."""
+    with open(os.path.join(folder, "config.json")) as f:
+        hf = json.load(f)
+    dtype = hf.get("torch_dtype") or hf.get("dtype") or "float32"
+    return dtype if dtype in ("float32", "bfloat16", "float16") else "float32"
+
+
+def trained_params(c, mesh):
+    """(params, cfg, step): `eval.checkpoint`'s params at `export.step` (0 = newest), read
+    into their shards without loading the original weights, or the model itself."""
+    if not c.eval.checkpoint:
+        params, cfg, _ = config_lib.load_policy(c, parallel.placer(mesh))
+        return params, cfg, 0
+    dtypes = dict(param_dtype=c.model.param_dtype, dtype=c.model.dtype)
+    if c.model.random_init:
+        vocab = weights.load_tokenizer(c.model.path).vocab_size
+        cfg = presets.get_preset(c.model.random_init, vocab_size=vocab, **dtypes)
+    else:
+        cfg = presets.from_hf_config(weights.model_folder(c.model.path), **dtypes)
+    abstract = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
+    like = jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+        abstract,
+        parallel.param_shardings(abstract, mesh),
+    )
+    folder, step = checkpoint_lib.locate(c.eval.checkpoint, c.export.step)
+    saved = checkpoint_lib.restore_subset(folder, step, {"state": {"params": like}})
+    return saved["state"]["params"], cfg, step
+
+
+def run_export(c, workdir: str | None) -> str:
+    """Write the HF folder to `workdir`; returns its path."""
+    if not workdir:
+        raise ValueError("--mode export needs --workdir (the folder to write)")
+    if os.path.isdir(workdir) and os.listdir(workdir):
+        raise ValueError(f"--workdir {workdir}: not empty (export writes a fresh folder)")
+    source = weights.model_folder(c.model.path)
+    dtype = c.export.dtype or source_dtype(source)
+    mesh = parallel.make_mesh(c.mesh.data, c.mesh.fsdp)
+    params, cfg, step = trained_params(c, mesh)
+    weights.save_hf(workdir, params, cfg, dtype, int(c.export.max_shard_gb * 2**30))
+    for name in TOKENIZER_FILES:
+        if os.path.isfile(os.path.join(source, name)):
+            shutil.copyfile(os.path.join(source, name), os.path.join(workdir, name))
+    if not os.path.isfile(os.path.join(workdir, "generation_config.json")):
+        tok = weights.load_tokenizer(c.model.path)
+        gen = {"eos_token_id": list(tok.stop_ids), "pad_token_id": tok.pad_id}
+        with open(os.path.join(workdir, "generation_config.json"), "w") as f:
+            json.dump(gen, f, indent=2)
+    print(f"exported step {step} of {c.eval.checkpoint or c.model.path} ({dtype}) to {workdir}")
+    return workdir
