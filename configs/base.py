@@ -57,6 +57,10 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.task.answer_field = "answer"  # jsonl: reference answer field (e.g. reward_model.ground_truth)
     c.task.answer_from = "field"  # jsonl: field | hash (#### N) | boxed | list
     c.task.instruction = " Put the final answer in \\boxed{}."  # appended to each question
+    c.task.system_prompt = ""  # chat: a system message before each question; "" = none
+    c.task.template_kwargs = ""  # chat: JSON the template reads, e.g. {"enable_thinking": false}
+    c.task.raw_prompt = ""  # base models: no chat template; e.g. "Question: {question}\nAnswer:"
+    c.task.long_prompts = "skip"  # prompts over rollout.max_prompt_len at load: skip | error
 
     c.reward = ConfigDict()
     c.reward.name = "math"  # a registered reward (explore_rl/rewards/registry.py)

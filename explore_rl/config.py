@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import os
 
 from ml_collections import ConfigDict
@@ -16,6 +17,7 @@ import configs
 from explore_rl.data import tasks
 from explore_rl.exploration import base as exploration
 from explore_rl.models import weights
+from explore_rl.models.tokenizer import PromptFormat
 from explore_rl.rewards import registry as rewards
 from explore_rl.rewards.math import EXTRACTORS
 from explore_rl.rl import advantages, losses
@@ -112,6 +114,11 @@ def validate(c: ConfigDict) -> None:
             not c.task.preset or c.task.preset in tasks.JSONL_PRESETS,
             f"task.preset={c.task.preset!r}: allowed {sorted(tasks.JSONL_PRESETS)}",
         )
+    prompt_format(c)  # a readable template_kwargs and raw_prompt
+    _check(
+        c.task.long_prompts in ("skip", "error"),
+        f"task.long_prompts={c.task.long_prompts!r}: allowed ['error', 'skip']",
+    )
     for e in extractors(c):
         _check(e in EXTRACTORS, f"reward.extractors has {e!r}: allowed {EXTRACTORS}")
     _check(
@@ -187,10 +194,25 @@ def sampling_config(c: ConfigDict, stop_ids, section: str = "rollout") -> Sampli
     return SamplingConfig(s.max_new_tokens, s.top_p, s.get("top_k", 0), tuple(stop_ids))
 
 
+def prompt_format(c: ConfigDict) -> PromptFormat:
+    """How the task's questions become prompts (`task.instruction`, `task.system_prompt`,
+    `task.raw_prompt`, `task.template_kwargs`)."""
+    t = c.task
+    try:
+        kwargs = json.loads(t.template_kwargs or "{}")
+    except json.JSONDecodeError as e:
+        raise ValueError(f"task.template_kwargs={t.template_kwargs!r}: not JSON ({e})") from None
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"task.template_kwargs={t.template_kwargs!r}: give a JSON object")
+    if t.raw_prompt and "{question}" not in t.raw_prompt:
+        raise ValueError(f"task.raw_prompt={t.raw_prompt!r}: must contain {{question}}")
+    return PromptFormat(t.instruction, t.system_prompt, t.raw_prompt, tuple(sorted(kwargs.items())))
+
+
 def rollout_settings(c: ConfigDict, tok) -> RolloutSettings:
     """How training rollouts are drawn and rewarded."""
     return RolloutSettings(
-        instruction=c.task.instruction,
+        prompt=prompt_format(c),
         max_prompt_len=c.rollout.max_prompt_len,
         sampling=sampling_config(c, tok.stop_ids),
         extractors=extractors(c),

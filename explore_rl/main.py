@@ -16,6 +16,7 @@ weights as a Hugging Face folder in WORKDIR: `explore_rl/export.py`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -42,13 +43,13 @@ _TRACEBACK = flags.DEFINE_bool(
 
 def load_prompts(config) -> list[tuple[str, str | None]]:
     """(prompt, reference answer or None) pairs from the prompt file or the task."""
-    s, t = config.sample, config.task
+    s = config.sample
     if not s.prompt_file:
         _, benchmarks = config_lib.load_problems(config)
         if not benchmarks:
             raise ValueError("--mode sample: give sample.prompt_file or task.test_paths")
         problems = next(iter(benchmarks.values()))[: s.num_prompts]
-        return [(p.question + t.instruction, p.answer) for p in problems]
+        return [(p.question, p.answer) for p in problems]
     with open(s.prompt_file) as f:
         lines = [line.rstrip("\n") for line in f if line.strip()]
     if not s.prompt_file.endswith(".jsonl"):
@@ -73,7 +74,10 @@ def run_sample(config, workdir: str | None) -> list[dict]:
     )
     s = config.sample
     prompts = load_prompts(config)
-    rows = [tok.encode_chat([{"role": "user", "content": p}]) for p, _ in prompts]
+    fmt = config_lib.prompt_format(config)
+    if s.prompt_file:  # the file's prompts as written: the task's instruction is the task's
+        fmt = dataclasses.replace(fmt, instruction="")
+    rows = [tok.encode(fmt.text(tok, p)) for p, _ in prompts]
     tokens, mask = sampler.left_pad(rows, tok.pad_id)
     g, n = s.samples_per_prompt, len(rows)
     sc = config_lib.sampling_config(config, tok.stop_ids, "sample")

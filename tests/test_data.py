@@ -234,3 +234,27 @@ def test_a_preset_evaluates_from_any_directory_and_cannot_train_without_data(tmp
     out = run_main(*args, "--workdir", "tr", cwd=tmp_path)
     assert out.returncode != 0
     assert "task 'jsonl' has no training problems: set task.train_path" in out.stderr
+
+
+def test_over_long_prompts_are_found_when_the_data_is_loaded(caplog):
+    from explore_rl import config as config_lib
+    from explore_rl.models import weights
+    from explore_rl.rl.rollout import fit_prompts
+
+    tok = weights.load_tokenizer("embedded")
+    c = config_lib.load("configs/grpo.py:smoke")
+    fmt = config_lib.prompt_format(c)
+    problems = [tasks.Problem(q, "1") for q in ("1+0?", "word " * 40 + "?", "2+0?")]
+    width = max(len(tok.encode(fmt.text(tok, p.question))) for p in problems[::2])
+    with caplog.at_level("WARNING"):
+        kept = fit_prompts(tok, problems, fmt, width, "skip", "train")
+    assert kept == problems[::2]
+    assert "train: 1 of 3 prompts are longer than rollout.max_prompt_len" in caplog.text
+    with pytest.raises(ValueError, match=r"train problem 1 has a \d+-token prompt, more than"):
+        fit_prompts(tok, problems, fmt, width, "error", "train")
+    c.task.template_kwargs = "{enable_thinking: false}"
+    with pytest.raises(ValueError, match="task.template_kwargs=.*not JSON"):
+        config_lib.validate(c)
+    c.task.template_kwargs, c.task.raw_prompt = '{"enable_thinking": false}', "Q: {q}"
+    with pytest.raises(ValueError, match="task.raw_prompt=.*must contain {question}"):
+        config_lib.validate(c)

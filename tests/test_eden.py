@@ -79,7 +79,7 @@ def test_noise_norm_and_masked_clean_rows(run):
 def _encode(r, problems):
     from explore_rl.rl.rollout import encode
 
-    return encode(r.tok, problems, r.config.task.instruction, r.config.rollout.max_prompt_len)
+    return encode(r.tok, problems, r.settings.prompt, r.settings.max_prompt_len)
 
 
 def test_update_scores_every_row_under_the_clean_prompt(run):

@@ -45,7 +45,7 @@ def guided():
     plan = base_plan(len(problems) * g, t, 1.0, problems)
     with Verifier(1, 5.0) as verifier:
         ro = rollout.generate(params, cfg, tok, plan, jax.random.key(3), verifier, settings)
-    return params, cfg, tok, ro, prefix, g, settings.instruction
+    return params, cfg, tok, ro, prefix, g, settings.prompt.instruction
 
 
 def test_problem_ids_are_stable_and_ignore_the_prefix():

@@ -110,3 +110,50 @@ def test_left_pad_and_positions():
     assert left_pad([[1] * 46], 0)[0].shape == (1, 48)  # bucketed by default
     with pytest.raises(ValueError, match="at least one token"):
         left_pad([[1], []], 0)
+
+
+# A Llama-3.1-style dated system turn, a role check and Qwen3's thinking switch, in ChatML.
+TEMPLATE = (
+    "{%- if not date_string is defined %}{%- set date_string = strftime_now('%d %b %Y') %}"
+    "{%- endif %}"
+    "{%- if messages[0]['role'] == 'system' %}{%- set system = messages[0]['content'] %}"
+    "{%- set messages = messages[1:] %}{%- else %}{%- set system = '' %}{%- endif %}"
+    "{{- '<|im_start|>system\\nToday Date: ' + date_string + '\\n' + system + '<|im_end|>\\n' }}"
+    "{%- for m in messages %}"
+    "{%- if m['role'] not in ['user', 'assistant'] %}"
+    "{{- raise_exception('roles must be user or assistant') }}{%- endif %}"
+    "{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}"
+)
+
+
+def test_prompt_formats_render_as_transformers(hf_tokenizer_folder):
+    import datetime
+
+    import jinja2
+
+    from explore_rl.models.tokenizer import PromptFormat
+
+    folder, ref = hf_tokenizer_folder
+    ours = Tokenizer.from_hf_folder(str(folder))
+    ours.chat_template = TEMPLATE
+    fmt = PromptFormat(" Box it.", "Be brief.", "", (("enable_thinking", False),))
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2? Box it."}]
+    expected = ref.apply_chat_template(
+        msgs, chat_template=TEMPLATE, tokenize=False, add_generation_prompt=True,
+        enable_thinking=False,
+    )  # fmt: skip
+    assert fmt.text(ours, "2+2?") == expected
+    assert f"Today Date: {datetime.datetime.now():%d %b %Y}\nBe brief." in expected
+    assert expected.endswith("<think>\n\n</think>\n\n")
+    plain = PromptFormat(" Box it.")  # no system message, the template's defaults
+    assert plain.text(ours, "2+2?") == ref.apply_chat_template(
+        msgs[1:], chat_template=TEMPLATE, tokenize=False, add_generation_prompt=True
+    )
+    with pytest.raises(jinja2.exceptions.TemplateError, match="roles must be user or assistant"):
+        ours.apply_chat_template([{"role": "tool", "content": "x"}])
+    raw = PromptFormat(" Box it.", raw="{bos}Question: {question}\nAnswer:")
+    assert raw.text(ours, "2+2?") == f"{ours.bos_token}Question: 2+2? Box it.\nAnswer:"

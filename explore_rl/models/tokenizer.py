@@ -1,8 +1,11 @@
 """Tokenizers without torch: HF `tokenizer.json`, sentencepiece, or rebuilt from GGUF metadata.
 
 The chat template is the checkpoint's own Jinja template, rendered the way transformers
-renders it (sandboxed, trim_blocks, lstrip_blocks). Prompts are encoded without adding
-special tokens: the template writes BOS and role markers itself.
+renders it (sandboxed, trim_blocks, lstrip_blocks, its `raise_exception` and
+`strftime_now` globals, template arguments such as Qwen3's `enable_thinking`). Prompts are
+encoded without adding special tokens: the template writes BOS and role markers itself.
+A `PromptFormat` says how a question becomes a prompt: the chat template with an optional
+system message, or a raw format without a template (base models).
 
 Pad ids are only for filling arrays; masks come from positions, never from pad ids (the
 embedded SmolLM2's pad equals its EOS `<|im_end|>`, which also occurs inside prompts).
@@ -10,6 +13,8 @@ embedded SmolLM2's pad equals its EOS `<|im_end|>`, which also occurs inside pro
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import json
 import os
 import re
@@ -35,7 +40,7 @@ _USER_DEFINED = 4
 
 
 def render_chat_template(
-    template: str, messages: list[dict], add_generation_prompt: bool, **special
+    template: str, messages: list[dict], add_generation_prompt: bool, **variables
 ) -> str:
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
@@ -45,9 +50,30 @@ def render_chat_template(
     )
     env.filters["tojson"] = lambda x, **kw: json.dumps(x, ensure_ascii=False, **kw)
     env.globals["raise_exception"] = raise_exception
+    # Llama-3.x templates date their system message with it, as transformers provides.
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
     return env.from_string(template).render(
-        messages=messages, add_generation_prompt=add_generation_prompt, **special
+        messages=messages, add_generation_prompt=add_generation_prompt, **variables
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptFormat:
+    """How a question becomes a prompt's text."""
+
+    instruction: str = ""  # appended to the question
+    system: str = ""  # chat: a system message before the question; "" = none
+    raw: str = ""  # "" = the chat template; else this text, {question} (and {bos}) filled
+    template_kwargs: tuple = ()  # chat: (name, value) pairs the template reads
+
+    def text(self, tok: Tokenizer, question: str) -> str:
+        content = question + self.instruction
+        if self.raw:
+            return self.raw.format(question=content, bos=tok.bos_token or "")
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        return tok.apply_chat_template(
+            [*system, {"role": "user", "content": content}], **dict(self.template_kwargs)
+        )
 
 
 class _SentencePiece:
@@ -121,15 +147,18 @@ class Tokenizer:
     def decode(self, ids, skip_special_tokens: bool = True) -> str:
         return self.backend.decode(list(map(int, ids)), skip_special_tokens=skip_special_tokens)
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(
+        self, messages: list[dict], add_generation_prompt: bool = True, **template_kwargs
+    ) -> str:
         if not self.chat_template:
-            raise ValueError("this tokenizer has no chat template")
+            raise ValueError("this tokenizer has no chat template (a raw prompt format works)")
         return render_chat_template(
             self.chat_template,
             messages,
             add_generation_prompt,
             bos_token=self.bos_token or "",
             eos_token=self.eos_token or "",
+            **template_kwargs,
         )
 
     def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:

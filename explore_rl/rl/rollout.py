@@ -10,6 +10,7 @@ logged), so shapes stay static.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 
 import jax
@@ -17,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from explore_rl.data.tasks import Problem
-from explore_rl.models.tokenizer import Tokenizer
+from explore_rl.models.tokenizer import PromptFormat, Tokenizer
 from explore_rl.rewards.math import Verifier, format_reward
 from explore_rl.rl.advantages import zero_advantage_groups
 from explore_rl.rl.plan import RolloutPlan
@@ -45,21 +46,18 @@ class Rollouts:
 class RolloutSettings:
     """What generation takes from a run's config, built once (`config.rollout_settings`)."""
 
-    instruction: str  # appended to each question
-    max_prompt_len: int  # longer prompts are an error
+    prompt: PromptFormat  # how a question becomes the prompt
+    max_prompt_len: int  # longer prompts are dropped when the data is loaded (`fit_prompts`)
     sampling: sampler.SamplingConfig
     extractors: tuple[str, ...]  # answer extraction, in order (majority vote at eval)
     reward: Callable[[str, Problem], float]  # picklable: runs in the verifier's workers
     format_weight: float = 0.0  # reward += weight x (answer in \\boxed{})
 
 
-def encode(tok: Tokenizer, problems: list[Problem], instruction: str, max_len: int):
-    """Left-padded prompt rows: the chat template up to the assistant turn, then any
-    response prefix of the problem."""
-    rows = [
-        tok.encode_chat([{"role": "user", "content": p.question + instruction}]) + list(p.prefix)
-        for p in problems
-    ]
+def encode(tok: Tokenizer, problems: list[Problem], fmt: PromptFormat, max_len: int):
+    """Left-padded prompt rows: the prompt format's text (the chat template up to the
+    assistant turn), then any response prefix of the problem."""
+    rows = [tok.encode(fmt.text(tok, p.question)) + list(p.prefix) for p in problems]
     longest = max(map(len, rows))
     if longest > max_len:
         raise ValueError(
@@ -67,6 +65,30 @@ def encode(tok: Tokenizer, problems: list[Problem], instruction: str, max_len: i
         )
     tokens, mask = sampler.left_pad(rows, tok.pad_id)
     return np.asarray(tokens), np.asarray(mask)
+
+
+def fit_prompts(
+    tok: Tokenizer, problems: list[Problem], fmt: PromptFormat, max_len: int, policy: str, name: str
+) -> list[Problem]:
+    """The problems whose prompt fits `max_len` tokens, checked once when the data is loaded
+    rather than at the step that draws one: policy "skip" drops the others with a warning
+    that counts them, "error" names the first (as verl's filter_overlong_prompts)."""
+    lengths = [len(tok.encode(fmt.text(tok, p.question))) for p in problems]
+    long = [i for i, n in enumerate(lengths) if n + len(problems[i].prefix) > max_len]
+    if long and policy == "error":
+        i = long[0]
+        raise ValueError(
+            f"{name} problem {i} has a {lengths[i]}-token prompt, more than "
+            f"rollout.max_prompt_len={max_len} ({len(long)} such; task.long_prompts='skip' "
+            f"drops them): {problems[i].question[:80]!r}"
+        )
+    if long:
+        logging.warning(
+            "%s: %d of %d prompts are longer than rollout.max_prompt_len=%d tokens: skipped",
+            name, len(long), len(problems), max_len,
+        )  # fmt: skip
+    drop = set(long)
+    return [p for i, p in enumerate(problems) if i not in drop]
 
 
 def prefill_layout(q: int, b: int, route) -> tuple[np.ndarray, np.ndarray | None]:
@@ -98,7 +120,7 @@ def generate(
 ) -> Rollouts:
     """Sample G = B / Q responses to each of the plan's Q problems and score them."""
     problems = plan.problems
-    prompts, mask = encode(tok, problems, settings.instruction, settings.max_prompt_len)
+    prompts, mask = encode(tok, problems, settings.prompt, settings.max_prompt_len)
     prompt_of, rows = prefill_layout(len(problems), plan.temperature.shape[0], plan.route)
     out = sampler.sample(
         params,

@@ -10,6 +10,7 @@ continues exactly as if never stopped.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -79,6 +80,13 @@ class Run:
     def create(cls, c, cfg, tok, verifier, workdir=None, ref_params=None, mesh=None) -> Run:
         """The run of config `c`: its problems, optimizer, keys and explorers."""
         train_set, test_sets = config_lib.load_problems(c)
+        settings = config_lib.rollout_settings(c, tok)
+        fit = functools.partial(  # over-long prompts found now, not at the step drawing one
+            rollout_lib.fit_prompts, tok, fmt=settings.prompt, max_len=settings.max_prompt_len,
+            policy=c.task.long_prompts,
+        )  # fmt: skip
+        train_set = fit(train_set, name="train")
+        test_sets = {name: fit(problems, name=name) for name, problems in test_sets.items()}
         key, eval_key = jax.random.split(jax.random.key(c.seed))
         return cls(
             config=c,
@@ -94,7 +102,7 @@ class Run:
             ref_params=ref_params,
             workdir=workdir,
             mesh=mesh,
-            settings=config_lib.rollout_settings(c, tok),
+            settings=settings,
         )
 
     def context(self, params, step: int) -> exploration.StepContext:
