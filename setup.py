@@ -46,6 +46,8 @@ setup(
             "nbclient",  # executes notebooks/ in the tests
             "nbformat",
             "ipykernel",
+            "wandb",  # logging.wandb (its test runs offline)
         ],
+        "wandb": ["wandb"],  # logging.wandb=True
     },
 )

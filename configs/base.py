@@ -130,6 +130,13 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.train.keep_checkpoints = 3  # newest checkpoints kept
     c.train.eval_every = 0  # steps between held-out evaluations; 0 = none during training
 
+    c.logging = ConfigDict()  # metrics.jsonl and TensorBoard always; W&B when asked
+    c.logging.wandb = False  # also log to Weights & Biases (WANDB_MODE=offline: no network)
+    c.logging.project = "explore_rl"  # W&B project
+    c.logging.entity = ""  # W&B entity (team); "" = your default
+    c.logging.name = ""  # W&B run name; "" = W&B's
+    c.logging.tags = ""  # W&B tags, comma-separated
+
     c.eval = ConfigDict()
     c.eval.checkpoint = (
         ""  # --mode eval / export: a run dir, its checkpoints/ or a step dir; "" = model.path

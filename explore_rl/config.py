@@ -239,6 +239,19 @@ def load_policy(c: ConfigDict, place=None):
     return weights.load_model(c.model.path, place, **dtypes)
 
 
+def wandb_settings(c: ConfigDict, resolved: ConfigDict) -> dict | None:
+    """`wandb.init` arguments from `logging` (None when W&B is off); the resolved config
+    is the run's config there."""
+    w = c.logging
+    if not w.wandb:
+        return None
+    tags = [t.strip() for t in w.tags.split(",") if t.strip()]
+    return dict(
+        project=w.project, entity=w.entity or None, name=w.name or None, tags=tags,
+        config=resolved.to_dict(),
+    )  # fmt: skip
+
+
 def task_name(c: ConfigDict) -> str:
     """The task that supplies the problems: a preset names benchmark files, so it makes the
     task 'jsonl' (`--config.task.preset=math500` alone evaluates on MATH500)."""

@@ -1,16 +1,24 @@
-"""Run-directory logging: metrics.jsonl, TensorBoard scalars, decoded samples.
+"""Run-directory logging: metrics.jsonl, TensorBoard scalars, decoded samples, W&B.
 
 One JSON object per logged step in WORKDIR/metrics.jsonl (`step` plus scalar metrics),
 the same scalars as TensorBoard events in WORKDIR (no TensorFlow needed), and a few
 decoded rollouts per logged step in WORKDIR/samples/step_XXXXXXX.jsonl. `step` counts
 completed updates; on resume, lines past the restored step are dropped first, so a rerun
 never duplicates a step.
+
+With `wandb` settings (`wandb.init` arguments: project, name, tags, config) the scalars
+also go to Weights & Biases, its files under WORKDIR/wandb (`WANDB_MODE=offline` needs no
+network; `wandb sync` uploads them later). The run id is kept in WORKDIR/wandb_id, so a
+resumed run continues the same W&B run; W&B keeps the first value it received for a step,
+so steps logged after the restored checkpoint and then recomputed keep their first values
+there (metrics.jsonl has the recomputed ones).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
 
 import numpy as np
@@ -22,13 +30,30 @@ def _scalar(v) -> float:
     return float(np.asarray(v))
 
 
+def _wandb_run(workdir: str, settings: dict):
+    try:
+        import wandb
+    except ImportError:
+        raise ValueError("logging.wandb=True needs the wandb package (pip install wandb)") from None
+    id_file = os.path.join(workdir, "wandb_id")
+    if os.path.exists(id_file):
+        with open(id_file) as f:
+            run_id = f.read().strip()
+    else:
+        run_id = secrets.token_hex(4)  # W&B ids: short, lowercase, alphanumeric
+        with open(id_file, "w") as f:
+            f.write(run_id + "\n")
+    return wandb.init(id=run_id, resume="allow", dir=workdir, **settings)
+
+
 class RunLogger:
-    def __init__(self, workdir: str, start_step: int = 0):
+    def __init__(self, workdir: str, start_step: int = 0, wandb: dict | None = None):
         self.workdir = workdir
         os.makedirs(os.path.join(workdir, "samples"), exist_ok=True)
         self.path = os.path.join(workdir, "metrics.jsonl")
         self._truncate(start_step)
         self.tb = EventFileWriter(workdir)
+        self.wandb = None if wandb is None else _wandb_run(workdir, wandb)
 
     def _truncate(self, start_step: int):
         if not os.path.exists(self.path):
@@ -53,6 +78,8 @@ class RunLogger:
             )
         )
         self.tb.flush()
+        if self.wandb is not None:
+            self.wandb.log({v.tag: v.simple_value for v in values}, step=step)
         if samples:
             name = os.path.join(self.workdir, "samples", f"step_{step:07d}.jsonl")
             with open(name, "w") as f:
@@ -60,6 +87,8 @@ class RunLogger:
 
     def close(self):
         self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
 
 
 def read_metrics(workdir: str) -> list[dict]:

@@ -235,3 +235,20 @@ def test_eval_of_any_checkpoint_restores_params_only_and_writes_the_responses(tm
 
 def _params(c):
     return config_lib.load_policy(c)[0]
+
+
+def test_a_wandb_offline_run_writes_its_files_and_resumes_the_same_run(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    c = grpo.get_config("smoke")
+    c.train.steps, c.train.eval_every = 2, 0
+    c.logging.wandb, c.logging.name, c.logging.tags = True, "smoke-run", "a, b"
+    trainer.train(c, str(tmp_path))
+    run_id = (tmp_path / "wandb_id").read_text().strip()
+    runs = list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))
+    assert len(runs) == 1 and list(runs[0].glob(f"run-{run_id}.wandb"))
+    c.train.steps = 3  # the rerun resumes: the same W&B run id
+    trainer.train(c, str(tmp_path))
+    assert (tmp_path / "wandb_id").read_text().strip() == run_id
+    assert len(list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))) == 2

@@ -58,6 +58,7 @@ IMPORT_NAME = {
     "math-verify": "math_verify",
 }
 DEV_ONLY = {"torch", "transformers"}  # bench.py's peer comparison (the dev extra)
+OPTIONAL = {"wandb"}  # imported only when asked for; an extra of its own
 
 
 def test_the_runtime_dependencies_are_exactly_what_the_runtime_imports():
@@ -84,5 +85,6 @@ def test_the_runtime_dependencies_are_exactly_what_the_runtime_imports():
                         elif isinstance(node, ast.ImportFrom) and node.level == 0:
                             imported.add(node.module.split(".")[0])
     first_party = {"explore_rl", "configs", "launch", "__future__"}
-    third_party = imported - set(sys.stdlib_module_names) - first_party - DEV_ONLY
+    third_party = imported - set(sys.stdlib_module_names) - first_party - DEV_ONLY - OPTIONAL
     assert third_party == declared
+    assert all(f'"{name}": ["{name}"]' in setup for name in OPTIONAL)

@@ -14,6 +14,7 @@ import functools
 
 import jax
 import numpy as np
+from tqdm import tqdm
 
 from explore_rl import config as config_lib
 from explore_rl.data.tasks import Problem
@@ -42,7 +43,8 @@ def evaluate(
     for name, problems in benchmarks.items():
         problems = problems[: e.num_prompts or len(problems)]
         correct, answers, diverse = [], [], []
-        for start in range(0, len(problems), e.batch_prompts):
+        batches = range(0, len(problems), e.batch_prompts)
+        for start in tqdm(batches, desc=f"eval {name}", leave=False):
             chunk = problems[start : start + e.batch_prompts]
             plan = base_plan(len(chunk) * n, e.max_new_tokens, e.temperature, chunk)
             r = rollout.generate(

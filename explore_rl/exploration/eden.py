@@ -48,6 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from ml_collections import ConfigDict
+from tqdm import tqdm
 
 from explore_rl.exploration.base import Explorer, Shaped, StepContext, register
 from explore_rl.models.transformer import Interventions
@@ -219,7 +220,7 @@ def screen(ctx: StepContext, candidates: list[int], e: ConfigDict) -> tuple[list
     routes = [None, *candidates]  # None: the clean route
     acc = []
     per_call = max(1, 256 // (len(problems) * n))  # routes per sampler call: <= 256 rows
-    for start in range(0, len(routes), per_call):
+    for start in tqdm(range(0, len(routes), per_call), desc="EDEN bank screen", leave=False):
         chunk = routes[start : start + per_call]
         acc += _probe(ctx, problems, chunk, n, jax.random.key(e.bank_seed + start))
     clean, scores = acc[0], dict(zip(candidates, acc[1:]))

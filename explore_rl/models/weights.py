@@ -25,6 +25,7 @@ from collections.abc import Callable
 import jax
 import ml_dtypes
 import numpy as np
+from tqdm import tqdm
 
 from explore_rl import caching
 from explore_rl.models import presets
@@ -103,7 +104,7 @@ def _assemble(
     place = place or default_place
     dtype = ml_dtypes.bfloat16 if cfg.param_dtype == "bfloat16" else np.float32
     params: dict = {"layers": [{} for _ in range(cfg.n_layers)]}
-    for path, name, shape in _expected(cfg):
+    for path, name, shape in tqdm(_expected(cfg), desc="load weights", leave=False):
         raw = read(path, name)
         try:
             w = _to_layout(name, raw, shape)

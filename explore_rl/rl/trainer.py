@@ -275,9 +275,10 @@ def train(c, workdir: str):
 def _train(c, workdir: str, verifier: Verifier):
     run, progress, ckpt = start(c, workdir, verifier)
     start_step = ckpt.latest_step() or 0
+    resolved = config_lib.resolved(c)
     with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(config_lib.resolved(c).to_json(indent=2))
-    logger = RunLogger(workdir, start_step)
+        f.write(resolved.to_json(indent=2))
+    logger = RunLogger(workdir, start_step, config_lib.wandb_settings(c, resolved))
     bar = tqdm(
         range(start_step, c.train.steps),
         initial=start_step,
