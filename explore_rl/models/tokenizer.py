@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import os
 import re
@@ -39,9 +40,10 @@ _CONTROL = 3  # GGUF token_type of control tokens
 _USER_DEFINED = 4
 
 
-def render_chat_template(
-    template: str, messages: list[dict], add_generation_prompt: bool, **variables
-) -> str:
+@functools.lru_cache(maxsize=16)
+def _compiled_template(template: str) -> jinja2.Template:
+    """The template compiled once (compiling costs milliseconds, rendering microseconds)."""
+
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
 
@@ -52,7 +54,13 @@ def render_chat_template(
     env.globals["raise_exception"] = raise_exception
     # Llama-3.x templates date their system message with it, as transformers provides.
     env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
-    return env.from_string(template).render(
+    return env.from_string(template)
+
+
+def render_chat_template(
+    template: str, messages: list[dict], add_generation_prompt: bool, **variables
+) -> str:
+    return _compiled_template(template).render(
         messages=messages, add_generation_prompt=add_generation_prompt, **variables
     )
 
