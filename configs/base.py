@@ -69,6 +69,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.reward.format_weight = 0.0  # added when the response uses \boxed{}
     c.reward.workers = 2  # verifier processes
     c.reward.timeout = 5.0  # seconds per item; over time scores 0 and is counted
+    c.reward.memory_mb = 4096  # each verifier process's address space; 0 = no limit
 
     c.rollout = ConfigDict()
     c.rollout.prompts = 8  # Q: prompts per step
@@ -128,6 +129,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.train.samples_to_log = 4  # decoded rollouts written per logged step
     c.train.checkpoint_every = 50  # steps between checkpoints (and one at the end)
     c.train.keep_checkpoints = 3  # newest checkpoints kept
+    c.train.max_skipped_updates = 20  # stop after this many consecutive non-finite updates
+    c.train.allow_config_change = False  # resume a work directory whose run had another config
     c.train.eval_every = 0  # steps between held-out evaluations; 0 = none during training
 
     c.logging = ConfigDict()  # metrics.jsonl and TensorBoard always; W&B when asked

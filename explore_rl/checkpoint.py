@@ -21,6 +21,10 @@ class Checkpointer:
         self.manager = ocp.CheckpointManager(
             os.path.abspath(os.path.join(workdir, "checkpoints")),
             options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True),
+            item_handlers={  # named, so a step's metadata is readable before a restore
+                "state": ocp.StandardCheckpointHandler(),
+                "host": ocp.JsonCheckpointHandler(),
+            },
         )
 
     def latest_step(self) -> int | None:
@@ -34,6 +38,8 @@ class Checkpointer:
     def restore(self, step: int, like):
         """Restore into the structure, shapes, dtypes and shardings of `like`; each
         `HostState` of `like` gets the data saved for its place."""
+        saved = _leaves(self.manager.item_metadata(step)["state"])
+        _check_matches(saved, _leaves(like), str(self.manager.directory), step)
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
         args = ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract), host=ocp.args.JsonRestore()
@@ -80,9 +86,45 @@ def restore_subset(path: str, step: int, like: dict) -> dict:
     ...}, "explorers": {...}}), into its shapes, dtypes and shardings: evaluation reads the
     params without allocating the optimizer's moments."""
     manager = ocp.CheckpointManager(path, item_handlers={"state": ocp.PyTreeCheckpointHandler()})
+    try:
+        _check_matches(_leaves(manager.item_metadata(step)["state"]), _leaves(like), path, step)
+    except BaseException:
+        manager.close()
+        raise
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
     args = ocp.args.Composite(state=ocp.args.PyTreeRestore(abstract, partial_restore=True))
     try:
         return manager.restore(step, args=args).state
     finally:
         manager.close()
+
+
+def _leaves(tree) -> dict[str, tuple]:
+    """'a/b/0/c' -> shape, for every leaf (saved metadata or arrays)."""
+    return {
+        "/".join(map(_part, path)): tuple(leaf.shape)
+        for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
+    }
+
+
+def _part(k) -> str:
+    """A path entry's name: a dict key, a dataclass field or a list index."""
+    for attr in ("key", "name", "idx"):
+        if hasattr(k, attr):
+            return str(getattr(k, attr))
+    return str(k)
+
+
+def _check_matches(saved: dict, wanted: dict, path: str, step: int) -> None:
+    """Every wanted array is in the checkpoint with its shape: a checkpoint of another
+    model (or method) is refused, naming the first difference."""
+    for key, shape in wanted.items():
+        if key not in saved:
+            raise ValueError(
+                f"{path}/{step}: no {key} in the checkpoint (a run of another model or method?)"
+            )
+        if saved[key] != shape:
+            raise ValueError(
+                f"{path}/{step}: {key} has shape {saved[key]} there, {shape} here "
+                "(a checkpoint of another model?)"
+            )

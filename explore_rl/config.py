@@ -19,7 +19,7 @@ from explore_rl.exploration import base as exploration
 from explore_rl.models import weights
 from explore_rl.models.tokenizer import PromptFormat
 from explore_rl.rewards import registry as rewards
-from explore_rl.rewards.math import EXTRACTORS
+from explore_rl.rewards.math import EXTRACTORS, Verifier
 from explore_rl.rl import advantages, losses
 from explore_rl.rl.rollout import RolloutSettings
 from explore_rl.rl.train_step import OptimConfig
@@ -114,6 +114,7 @@ def validate(c: ConfigDict) -> None:
             not c.task.preset or c.task.preset in tasks.JSONL_PRESETS,
             f"task.preset={c.task.preset!r}: allowed {sorted(tasks.JSONL_PRESETS)}",
         )
+    _check_paths(c)
     prompt_format(c)  # a readable template_kwargs and raw_prompt
     _check(
         c.task.long_prompts in ("skip", "error"),
@@ -126,10 +127,27 @@ def validate(c: ConfigDict) -> None:
         "train.steps, train.log_every and train.checkpoint_every must be >= 1",
     )
     _check(c.eval.samples >= 1, f"eval.samples={c.eval.samples}: need at least 1")
+    _check(
+        c.train.max_skipped_updates >= 1,
+        f"train.max_skipped_updates={c.train.max_skipped_updates}: must be >= 1",
+    )
     rewards.build(c.reward)  # a known name, or an importable function
     exploration.build(c)  # each method's checks, and conflicts between methods
     loss_config(c)  # its own checks (names, gspo + aggregation, dual clip)
     sampling_config(c, stop_ids=())
+
+
+def _check_paths(c: ConfigDict) -> None:
+    """Every file or folder the config names exists, each error naming its key."""
+    named = [
+        ("model.path", c.model.path if c.model.path != weights.EMBEDDED else ""),
+        ("task.train_path", c.task.train_path if task_name(c) == "jsonl" else ""),
+        *(("task.test_paths", p.strip()) for p in c.task.test_paths.split(",")),
+        ("sample.prompt_file", c.sample.prompt_file),
+        ("eval.checkpoint", c.eval.checkpoint),
+    ]
+    for key, path in named:
+        _check(not path or os.path.exists(path), f"{key}={path}: no such file or folder")
 
 
 def extractors(c: ConfigDict) -> tuple[str, ...]:
@@ -250,6 +268,11 @@ def wandb_settings(c: ConfigDict, resolved: ConfigDict) -> dict | None:
         project=w.project, entity=w.entity or None, name=w.name or None, tags=tags,
         config=resolved.to_dict(),
     )  # fmt: skip
+
+
+def verifier(c: ConfigDict) -> Verifier:
+    """The reward workers of `reward` (a context manager: `with verifier(c) as v`)."""
+    return Verifier(c.reward.workers, c.reward.timeout, memory_mb=c.reward.memory_mb)
 
 
 def task_name(c: ConfigDict) -> str:

@@ -56,12 +56,15 @@ class RunLogger:
         self.wandb = None if wandb is None else _wandb_run(workdir, wandb)
 
     def _truncate(self, start_step: int):
+        """Keep the lines up to the restored step; a line torn by a kill mid-write (the
+        last one) goes too. Rewritten through a temporary file and a rename, so a kill
+        here loses nothing."""
         if not os.path.exists(self.path):
             return
-        with open(self.path) as f:
-            keep = [line for line in f if line.strip() and json.loads(line)["step"] <= start_step]
-        with open(self.path, "w") as f:
+        keep = [json.dumps(r) + "\n" for r in read_metrics(self.workdir) if r["step"] <= start_step]
+        with open(self.path + ".tmp", "w") as f:
             f.writelines(keep)
+        os.replace(self.path + ".tmp", self.path)
 
     def log(self, step: int, metrics: dict, samples: list[dict] | None = None):
         row = {"step": step, **{k: _scalar(v) for k, v in sorted(metrics.items())}}
@@ -92,5 +95,17 @@ class RunLogger:
 
 
 def read_metrics(workdir: str) -> list[dict]:
+    """The logged steps; a last line torn by a kill mid-write (no newline, not JSON) is
+    left out, as the resumed run rewrites that step."""
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        lines = f.read().split("\n")
+    rows = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:  # only a line without its newline can be torn
+                raise ValueError(f"{workdir}/metrics.jsonl:{i + 1}: not JSON") from None
+    return rows

@@ -123,7 +123,8 @@ def main(argv):
     except (ValueError, FileNotFoundError) as e:  # bad input: one line that names it
         if _TRACEBACK.value:
             raise
-        sys.exit(f"error: {e}  (--traceback for the trace)")
+        print(f"error: {e}  (--traceback for the trace)", file=sys.stderr)
+        sys.exit(2)
 
 
 def _run(mode: str, config, workdir: str | None):

@@ -27,6 +27,8 @@ RULES = {"embed": 0, "lm_head": 1, "q": 0, "k": 0, "v": 0, "o": 2, "gate": 0, "u
 def make_mesh(data: int = 1, fsdp: int = -1, devices=None) -> Mesh:
     """A ('data', 'fsdp') mesh; -1 for fsdp takes the devices data leaves."""
     devices = np.asarray(devices if devices is not None else jax.devices())
+    if data < 1 or (fsdp == -1 and devices.size % data):
+        raise ValueError(f"mesh.data={data}: must divide the {devices.size} devices present")
     if fsdp == -1:
         fsdp = devices.size // data
     if data * fsdp != devices.size:

@@ -74,7 +74,11 @@ def test_jsonl_errors_name_the_line(tmp_path):
         tasks.read_problems(str(path), spec, strict=True)
     assert tasks.read_problems(str(path), spec) == [tasks.Problem("1+1", "2")]
     path.write_text('{"q": "1+1", "a": "#### 2"}\n{"q": "oops"\n')
-    with pytest.raises(ValueError, match=r"d.jsonl:2: not valid JSON"):
+    with pytest.raises(ValueError, match=r"d.jsonl: line 2: not valid JSON"):
+        tasks.read_problems(str(path), spec, strict=True)
+    assert tasks.read_problems(str(path), spec) == [tasks.Problem("1+1", "2")]  # skipped
+    path.write_text('{"q": "oops"\n{"q": "1+1", "a": "2"}\n')
+    with pytest.raises(ValueError, match=r"d.jsonl: no usable rows \(2 skipped"):
         tasks.read_problems(str(path), spec)
     path.write_text('{"question": "1+1", "a": "2"}\n')
     with pytest.raises(

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from explore_rl.rewards.math import (
+    Scores,
     Verifier,
     after_hash,
     correct,
@@ -85,15 +86,15 @@ def test_verifier_pool_scores_and_times_out(busy_neighbours):
         start = time.monotonic()
         # (10^(10^7))! sends sympy into a computation that does not finish
         items = [(r"\boxed{(10^{10^{7}})!}", "1"), (r"\boxed{0.5}", "1/2"), ("it is 3", "4")]
-        rewards, timeouts = v.score(items)
-        assert rewards == [0.0, 1.0, 0.0] and timeouts == 1
+        scores = v.score(items)
+        assert scores.rewards == [0.0, 1.0, 0.0] and scores.timeouts == 1
         assert time.monotonic() - start < 30
     with Verifier(workers=1, timeout=0.5, fn=ignores_its_timer) as v:
         start = time.monotonic()
-        rewards, timeouts = v.score([("a", "b")])
-        assert rewards == [0.0] and timeouts == 1 and time.monotonic() - start < 30
+        scores = v.score([("a", "b")])
+        assert scores.rewards == [0.0] and scores.timeouts == 1 and time.monotonic() - start < 30
         v.fn = correct  # the killed pool is rebuilt, warm, for the next batch
-        assert v.score([(r"\boxed{0.5}", "1/2")]) == ([1.0], 0)
+        assert v.score([(r"\boxed{0.5}", "1/2")]) == Scores([1.0], 0, 0)
         assert v.timeouts_total == 1 and v.warmup_s > 0
 
 
@@ -106,6 +107,29 @@ def parity_of_length(response, problem):
 def hangs(response, problem):
     time.sleep(60)
     return 1.0
+
+
+def raises_on_odd_length(response, problem):
+    if len(response) % 2:
+        raise RuntimeError("a reward function's bug")
+    return 1.0
+
+
+def allocates_without_bound(*_):
+    chunks = []
+    while True:
+        chunks.append(bytearray(1 << 28))
+
+
+@pytest.mark.slow
+def test_a_reward_that_raises_or_allocates_without_bound_is_counted():
+    with Verifier(workers=1, timeout=20.0, memory_mb=2048) as v:
+        assert v.score([("a", None), ("ab", None)], raises_on_odd_length) == Scores(
+            [0.0, 1.0], 0, 1
+        )
+        assert v.score([("x", None)], allocates_without_bound) == Scores([0.0], 0, 1)
+        assert v.score([(r"\boxed{0.5}", "1/2")]) == Scores([1.0], 0, 0)  # the workers go on
+        assert v.errors_total == 2
 
 
 def test_reward_registry_and_config_errors():
@@ -163,3 +187,7 @@ def test_a_hanging_custom_reward_times_out_and_is_counted(tmp_path):
     (row,) = read_metrics(str(tmp_path))
     rows = c.rollout.prompts * c.rollout.group_size
     assert row["rollout/verifier_timeouts"] == rows and row["reward/mean"] == 0.0
+    c.reward.fn = "test_rewards:raises_on_odd_length"  # the run goes on, the errors counted
+    trainer.train(c, str(tmp_path / "raises"))
+    (row,) = read_metrics(str(tmp_path / "raises"))
+    assert row["rollout/reward_errors"] > 0 and row["rollout/verifier_timeouts"] == 0

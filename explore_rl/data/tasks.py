@@ -257,11 +257,12 @@ def read_rows(path: str):
                 if line.strip():
                     try:
                         yield f"line {n}", json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise ValueError(f"{path}:{n}: not valid JSON ({e})") from None
+                    except json.JSONDecodeError:
+                        yield f"line {n}", _MALFORMED
 
 
 _MISSING = object()
+_MALFORMED = object()  # a JSONL line that is not JSON (a torn write, a bad export)
 
 
 def field(row, dotted: str):
@@ -274,16 +275,22 @@ def field(row, dotted: str):
 
 
 def read_problems(path: str, spec: JsonlSpec, strict: bool = False) -> list[Problem]:
-    """Problems from a dataset file or folder (`read_rows`). Malformed JSON or a missing
-    field is an error naming the row; a row with an empty question or answer is skipped
-    with a warning naming its rows (an error when `strict`): real files have a few
-    (gaokao2023en line 168)."""
+    """Problems from a dataset file or folder (`read_rows`). A missing field is an error
+    naming the row (the spec, not the row, is wrong); a JSONL line that is not JSON and a
+    row with an empty question or answer are skipped with a warning naming them (an error
+    when `strict`, or when no row is usable): real files have a few (gaokao2023en line
+    168)."""
     if spec.answer_from not in ("field", "hash", "boxed", "list"):
         raise ValueError(f"answer_from={spec.answer_from!r}: allowed field, hash, boxed, list")
     if not os.path.exists(path):
         raise ValueError(f"{path}: no such dataset file or folder")
     problems, empty = [], []
     for where, row in read_rows(path):
+        if row is _MALFORMED:
+            if strict:
+                raise ValueError(f"{path}: {where}: not valid JSON")
+            empty.append(f"{where} (not JSON)")
+            continue
         values = [field(row, f) for f in (spec.question_field, spec.answer_field)]
         for name, value in zip((spec.question_field, spec.answer_field), values):
             if value is _MISSING:
@@ -302,13 +309,13 @@ def read_problems(path: str, spec: JsonlSpec, strict: bool = False) -> list[Prob
         )
     if empty:
         logging.warning(
-            "%s: skipped %d rows with no question or answer (%s)",
+            "%s: skipped %d rows: not JSON, or no question or answer (%s)",
             path,
             len(empty),
             empty[:10],
         )
     if not problems:
-        raise ValueError(f"{path}: no usable rows")
+        raise ValueError(f"{path}: no usable rows ({len(empty)} skipped: {empty[:3]})")
     return problems
 
 

@@ -32,7 +32,6 @@ from explore_rl import config as config_lib
 from explore_rl.evaluation.metrics import N, distinct_n, ngrams
 from explore_rl.exploration import base, eden
 from explore_rl.models.transformer import Interventions
-from explore_rl.rewards.math import Verifier
 from explore_rl.rl import rollout as rollout_lib
 from explore_rl.rl.plan import RolloutPlan
 
@@ -98,7 +97,7 @@ def analyse(c, prompts: int, samples: int) -> dict:
     if ex is None:
         raise ValueError("diversity: the config has no 'eden' in exploration.methods")
     out = {"standard": [], "null": [], "perturbed": []}
-    with Verifier(c.reward.workers, c.reward.timeout) as verifier:
+    with config_lib.verifier(c) as verifier:
         settings = config_lib.rollout_settings(c, tok)
         ctx = base.StepContext(params, cfg, tok, c, 0, train_set, verifier, settings=settings)
         bank = ex.init(ctx)

@@ -13,19 +13,24 @@ item under its own timer; an item over time scores 0 and is counted. A worker fi
 and exercises the verifier (math-verify and sympy take seconds to import on a slow machine)
 and only then takes items, so an item's clock never counts a cold start; the pool waits for
 its workers to be warm before it hands out a batch. If a worker ignores its timer (stuck in
-C code), the pool is killed and rebuilt, warm again: a run never waits forever.
+C code) or dies, the pool is killed and rebuilt, warm again: a run never waits forever.
+A reward function that raises scores 0 and is counted; each worker's address space is
+capped (`memory_mb`), so an item that allocates without bound raises MemoryError there.
+Workers ignore SIGINT: Ctrl-C is the trainer's (it finishes the step, scoring included).
 
     with Verifier(workers=2, timeout=5.0) as v:
-        rewards, timeouts = v.score([(response, reference), ...])
+        scores = v.score([(response, reference), ...])  # .rewards, .timeouts, .errors
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import multiprocessing
 import queue
 import re
+import resource
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -134,27 +139,38 @@ def _on_alarm(signum, frame):
     raise _ItemTimeout
 
 
-def _init_worker(ready):
+def _init_worker(ready, memory_bytes: int):
     """Runs in each worker (also one the pool starts to replace a dead worker) before it
     takes any item: the imports and sympy's first-call caches are paid here, not on an
-    item's clock."""
+    item's clock. Ctrl-C is the trainer's to handle (it finishes the step, which needs
+    the workers), and an item that allocates without bound meets the memory limit."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     signal.signal(signal.SIGALRM, _on_alarm)
     equivalent("1/2", "0.5")  # goes through math-verify's parse and verify
+    if memory_bytes:  # after the imports: the limit is for the items
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     ready.put(time.monotonic())
 
 
-def _score_one(fn, args, timeout: float) -> tuple[float, bool]:
-    """(reward, timed out) for one item, under a real-time timer in the worker."""
+def _score_one(fn, args, timeout: float) -> tuple[float, bool, bool]:
+    """(reward, timed out, raised) for one item, under a real-time timer in the worker."""
     signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
-        return float(fn(*args)), False
+        return float(fn(*args)), False, False
     except _ItemTimeout:
-        return 0.0, True
-    except Exception:  # a verifier crash on odd input is a wrong answer, not a dead run
-        return 0.0, False
+        return 0.0, True, False
+    except Exception:  # a crash on odd input (MemoryError included) scores 0, counted
+        return 0.0, False, True
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scores:
+    rewards: list[float]
+    timeouts: int  # items over the per-item timeout (or lost with a stuck worker): 0
+    errors: int  # items whose reward function raised: 0
 
 
 class Verifier:
@@ -166,12 +182,14 @@ class Verifier:
         timeout: float = 5.0,
         fn: Callable = correct,
         warmup_timeout: float = 120.0,
+        memory_mb: int = 4096,
     ):
         if workers < 1 or timeout <= 0:
             raise ValueError(f"workers={workers} must be >= 1 and timeout={timeout} > 0")
         self.workers, self.timeout, self.fn = workers, timeout, fn
         self.warmup_timeout = warmup_timeout
-        self.timeouts_total = 0
+        self.memory_bytes = memory_mb * 2**20  # each worker's address space; 0 = no limit
+        self.timeouts_total = self.errors_total = 0
         self.warmup_s = 0.0  # how long the last (re)start took to have every worker warm
         self._pool, self._ready, self._started, self._warm = None, None, 0.0, False
 
@@ -180,7 +198,9 @@ class Verifier:
         ctx = multiprocessing.get_context("spawn")
         self._ready, self._started = ctx.Queue(), time.monotonic()
         self._warm = False
-        self._pool = ctx.Pool(self.workers, initializer=_init_worker, initargs=(self._ready,))
+        self._pool = ctx.Pool(
+            self.workers, initializer=_init_worker, initargs=(self._ready, self.memory_bytes)
+        )
 
     def _wait_warm(self):
         try:  # workers report when they became warm (CLOCK_MONOTONIC is system-wide)
@@ -206,9 +226,9 @@ class Verifier:
     def __exit__(self, *exc):
         self.close()
 
-    def score(self, items: Sequence[tuple], fn: Callable | None = None) -> tuple[list[float], int]:
-        """Rewards for argument tuples of `fn` (default: the pool's), and how many items
-        timed out."""
+    def score(self, items: Sequence[tuple], fn: Callable | None = None) -> Scores:
+        """Rewards for argument tuples of `fn` (default: the pool's), with how many items
+        timed out and how many raised."""
         fn = fn or self.fn
         if self._pool is None:
             self._start()
@@ -220,15 +240,17 @@ class Verifier:
         # last warm-up time), after which unfinished items count as timed out.
         slack = 2 + self.warmup_s
         deadline = time.monotonic() + self.timeout * (len(items) / self.workers + 2) + slack
-        rewards, timeouts, stuck = [], 0, False
+        rewards, timeouts, errors, stuck = [], 0, 0, False
         for job in jobs:
             try:
-                reward, late = job.get(timeout=max(deadline - time.monotonic(), 0.01))
+                reward, late, raised = job.get(timeout=max(deadline - time.monotonic(), 0.01))
             except multiprocessing.TimeoutError:
-                reward, late, stuck = 0.0, True, True
+                reward, late, raised, stuck = 0.0, True, False, True
             rewards.append(reward)
             timeouts += late
-        if stuck:  # a worker ignored its timer: start from fresh processes
+            errors += raised
+        if stuck:  # a worker ignored its timer or died: start from fresh processes
             self.close()
         self.timeouts_total += timeouts
-        return rewards, timeouts
+        self.errors_total += errors
+        return Scores(rewards, timeouts, errors)

@@ -35,7 +35,8 @@ class Rollouts:
     rewards: np.ndarray  # [Q, G]
     correct: np.ndarray  # [Q, G] bool
     plan: RolloutPlan  # how the rows were drawn (its `problems` moved to `problems`)
-    timeouts: int = 0
+    timeouts: int = 0  # verifier items over time
+    reward_errors: int = 0  # verifier items whose reward function raised
 
     @property
     def group_size(self) -> int:
@@ -142,8 +143,8 @@ def generate(
         for i, (t, k) in enumerate(zip(tokens, keep))
     ]
     items = [(t, problems[i // g]) for i, t in enumerate(texts)]
-    scores, timeouts = verifier.score(items, settings.reward)
-    scores = np.asarray(scores, np.float32).reshape(len(problems), g)
+    scored = verifier.score(items, settings.reward)
+    scores = np.asarray(scored.rewards, np.float32).reshape(len(problems), g)
     rewards = scores + settings.format_weight * np.asarray(
         [format_reward(t) for t in texts], np.float32
     ).reshape(scores.shape)
@@ -156,7 +157,8 @@ def generate(
         rewards,
         scores > 0,
         plan.replace(problems=None),
-        timeouts,
+        scored.timeouts,
+        scored.errors,
     )
 
 
@@ -170,7 +172,8 @@ def _concat(*xs):
 
 def select_groups(parts: list[tuple[Rollouts, int]], pad_id: int) -> Rollouts:
     """Concatenate chosen groups [(rollouts, group index)] into one batch (the caller
-    sets `timeouts`: it counts every generation batch, kept groups or not)."""
+    sets `timeouts` and `reward_errors`: they count every generation batch, kept groups or
+    not)."""
     length = max(r.prompts.shape[1] for r, _ in parts)
     g = parts[0][0].group_size
     rows = lambda r, i: slice(i * g, (i + 1) * g)  # noqa: E731

@@ -13,6 +13,9 @@ import dataclasses
 import functools
 import json
 import os
+import signal
+import sys
+import threading
 import time
 
 import jax
@@ -134,7 +137,7 @@ def collect(run: Run, progress: Progress, step: int):
     r, q, g = c.rollout, c.rollout.prompts, c.rollout.group_size
     ctx, step_key = run.context(params, step), jax.random.fold_in(run.key, step)
     position = int(progress.data_position)
-    kept, spare, batches, timeouts = [], [], 0, 0
+    kept, spare, batches, timeouts, errors = [], [], 0, 0, 0
     while len(kept) < q and batches < (r.max_generation_batches if r.dynamic_sampling else 1):
         plan_key, sample_key = jax.random.split(jax.random.fold_in(step_key, batches))
         plan = base_plan(
@@ -151,12 +154,14 @@ def collect(run: Run, progress: Progress, step: int):
             run.verifier,
             run.settings,
         )
-        batches, timeouts = batches + 1, timeouts + ro.timeouts
+        batches, timeouts, errors = batches + 1, timeouts + ro.timeouts, errors + ro.reward_errors
         good = rollout_lib.informative(ro) if r.dynamic_sampling else np.ones(q, bool)
         kept += [(ro, i) for i in np.flatnonzero(good)]
         spare += [(ro, i) for i in np.flatnonzero(~good)]
     parts, filled = fill_groups(kept, spare, q)
-    ro = dataclasses.replace(rollout_lib.select_groups(parts, run.tok.pad_id), timeouts=timeouts)
+    ro = dataclasses.replace(
+        rollout_lib.select_groups(parts, run.tok.pad_id), timeouts=timeouts, reward_errors=errors
+    )
     return ro, position, {"rollout/generation_batches": batches, "rollout/filled_groups": filled}
 
 
@@ -184,6 +189,7 @@ def rollout_metrics(ro, extractors) -> dict:
         "rollout/response_len": lengths.mean(),
         "rollout/truncated_frac": 1.0 - np.asarray(out.finished).mean(),
         "rollout/verifier_timeouts": ro.timeouts,
+        "rollout/reward_errors": ro.reward_errors,
     }
 
 
@@ -245,7 +251,15 @@ def update(state, batch: Batch, cfg, c, optimizer):
 def start(c, workdir: str, verifier: Verifier):
     """Load everything a run needs; resume from the newest checkpoint if there is one."""
     config_lib.validate(c)
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise ValueError(f"--workdir {workdir}: a file, not a folder")
     os.makedirs(workdir, exist_ok=True)
+    if not os.access(workdir, os.W_OK):
+        raise ValueError(f"--workdir {workdir}: not writable")
+    ckpt = Checkpointer(workdir, c.train.keep_checkpoints)
+    step = ckpt.latest_step() or 0
+    if step:  # before anything is loaded: a run of another config is refused now
+        _check_same_run(c, workdir)
     memory.trim_after_compiles()
     mesh = parallel.make_mesh(c.mesh.data, c.mesh.fsdp)
     params, cfg, tok = config_lib.load_policy(c, parallel.placer(mesh))
@@ -256,8 +270,6 @@ def start(c, workdir: str, verifier: Verifier):
             f"task {config_lib.task_name(c)!r} has no training problems: set task.train_path "
             "(a preset whose data/ folder has no train.jsonl is a test set only)"
         )
-    ckpt = Checkpointer(workdir, c.train.keep_checkpoints)
-    step = ckpt.latest_step() or 0
     ctx = run.context(params, 0)
     states = {ex.name: (ex.template if step else ex.init)(ctx) for ex in run.explorers}
     progress = Progress(init_state(params, run.optimizer), jnp.zeros((), jnp.int32), states)
@@ -268,8 +280,77 @@ def start(c, workdir: str, verifier: Verifier):
 
 
 def train(c, workdir: str):
-    with Verifier(c.reward.workers, c.reward.timeout) as verifier:
+    with config_lib.verifier(c) as verifier:
         return _train(c, workdir, verifier)
+
+
+class Preempted(SystemExit):
+    """The run stopped on SIGTERM / SIGINT after checkpointing; rerunning resumes it."""
+
+
+class _StopSignals:
+    """SIGTERM (a scheduler's preemption) or SIGINT (Ctrl-C): the first lets the current
+    step finish, then the run checkpoints, flushes its logs and stops; a second exits at
+    once (the newest complete checkpoint stays usable). Only in the main thread, where
+    Python delivers signals; elsewhere (a notebook's worker thread) nothing changes."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous: dict = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.received is not None:
+            os._exit(128 + signum)
+        self.received = signum
+        name = signal.Signals(signum).name
+        print(f"\n{name}: finishing this step, then checkpoint and stop ({name} again: now)",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+# The settings that make a run what it is (the rest may change when it resumes).
+_SAME_RUN = ("seed", "model.", "task.", "rollout.", "rl.", "optim.", "exploration.", "reward.name",
+             "reward.fn", "reward.extractors", "reward.format_weight")  # fmt: skip
+
+
+def _check_same_run(c, workdir: str) -> None:
+    """A work directory with checkpoints resumes only the run its config.json describes:
+    another model, task, rollout, update or method setting (or seed) is refused, naming the
+    first difference, unless `train.allow_config_change`. Length, logging, evaluation and
+    placement settings may change on resume."""
+    path = os.path.join(workdir, "config.json")
+    if c.train.allow_config_change or not os.path.exists(path):
+        return
+    with open(path) as f:
+        before = _flat(json.load(f))
+    now = _flat(json.loads(config_lib.resolved(c).to_json()))
+    changed = sorted(
+        k for k in before.keys() | now.keys()
+        if k.startswith(_SAME_RUN) and before.get(k) != now.get(k)
+    )  # fmt: skip
+    if changed:
+        k = changed[0]
+        raise ValueError(
+            f"--workdir {workdir} holds a run of another config ({k}: {before.get(k)!r} -> "
+            f"{now.get(k)!r}; {len(changed)} setting(s) differ): use a new --workdir, or "
+            "--config.train.allow_config_change=True to resume it anyway"
+        )
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in tree.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
+    return out
 
 
 def _train(c, workdir: str, verifier: Verifier):
@@ -286,19 +367,44 @@ def _train(c, workdir: str, verifier: Verifier):
         desc="train",
         dynamic_ncols=True,
     )
-    for step in bar:
-        progress, metrics, ro = train_one_step(run, progress, step)
-        if c.train.eval_every and (step + 1) % c.train.eval_every == 0:
-            metrics.update(run_evaluation(run, progress.state.params, progress.explorers, step + 1))
-        if (step + 1) % c.train.log_every == 0 or step + 1 == c.train.steps:
-            logger.log(step + 1, metrics, _samples(ro, run.tok, c.train.samples_to_log))
-        if (step + 1) % c.train.checkpoint_every == 0 or step + 1 == c.train.steps:
-            ckpt.save(step + 1, progress)
-        bar.set_postfix(
-            reward=f"{metrics['reward/mean']:.3f}",
-            zero_adv=f"{metrics['groups/zero_adv_frac']:.2f}",
-            loss=f"{metrics['train/loss']:.4f}",
-        )
+    updates_per_step = c.rl.minibatches * c.rl.ppo_epochs
+    skipped_in_a_row, skipped = 0, int(progress.state.skipped)
+    with _StopSignals() as stop:
+        for step in bar:
+            progress, metrics, ro = train_one_step(run, progress, step)
+            if c.train.eval_every and (step + 1) % c.train.eval_every == 0:
+                metrics.update(
+                    run_evaluation(run, progress.state.params, progress.explorers, step + 1)
+                )
+            if (step + 1) % c.train.log_every == 0 or step + 1 == c.train.steps:
+                logger.log(step + 1, metrics, _samples(ro, run.tok, c.train.samples_to_log))
+            due = (step + 1) % c.train.checkpoint_every == 0 or step + 1 == c.train.steps
+            if due or stop.received is not None:
+                ckpt.save(step + 1, progress, force=not due)
+            bar.set_postfix(
+                reward=f"{metrics['reward/mean']:.3f}",
+                zero_adv=f"{metrics['groups/zero_adv_frac']:.2f}",
+                loss=f"{metrics['train/loss']:.4f}",
+            )
+            now = int(progress.state.skipped)
+            whole = now - skipped == updates_per_step  # every update of the step skipped
+            skipped_in_a_row = skipped_in_a_row + now - skipped if whole else now - skipped
+            skipped = now
+            if skipped_in_a_row >= c.train.max_skipped_updates:
+                ckpt.close()
+                logger.close()
+                raise RuntimeError(
+                    f"{skipped_in_a_row} updates in a row skipped for a non-finite loss or "
+                    f"gradient (through step {step + 1}; {updates_per_step} per step): lower "
+                    "optim.lr or check the rewards (train.max_skipped_updates)"
+                )
+            if stop.received is not None:
+                ckpt.close()
+                logger.close()
+                raise Preempted(
+                    f"stopped by {signal.Signals(stop.received).name} after step {step + 1}, "
+                    "checkpoint saved: rerun the same command to resume"
+                )
     ckpt.close()
     logger.close()
     return progress
@@ -388,7 +494,7 @@ def run_eval(c, workdir: str | None) -> dict:
             restored = saved["explorers"][n]
             states[n] = {**states[n], **restored} if isinstance(states[n], dict) else restored
     records = []
-    with Verifier(c.reward.workers, c.reward.timeout) as run.verifier:
+    with config_lib.verifier(c) as run.verifier:
         results = run_evaluation(run, params, states, step, records)
     if workdir:
         os.makedirs(workdir, exist_ok=True)

@@ -1,0 +1,290 @@
+"""Reliability: kills at any moment and preemption lose nothing, bad input is refused with
+an error that names it before anything is changed, runtime faults are counted or stop the
+run with a reason."""
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import jax
+import numpy as np
+import pytest
+from conftest import make_hf_checkpoint
+
+from configs import grpo
+from explore_rl import checkpoint as checkpoint_lib
+from explore_rl import config as config_lib
+from explore_rl.logs import read_metrics
+from explore_rl.rl import trainer
+
+pytestmark = pytest.mark.slow
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+PARITY = "test_rewards:parity_of_length"  # mixed groups: every step really updates
+ARGS = [
+    "--config", "configs/grpo.py:smoke", f"--config.reward.fn={PARITY}",
+    "--config.train.eval_every=0", "--config.train.checkpoint_every=1",
+    "--config.train.keep_checkpoints=2", "--config.reward.workers=1",
+]  # fmt: skip
+
+# Runs the CLI, first arranging to SIGKILL itself at one precise point: just after the
+# checkpoint of step N is started (Orbax writes it in a background thread, so the kill
+# lands inside the write), or in the middle of writing step N's metrics line.
+DRIVER = textwrap.dedent(
+    """
+    import os, signal, sys
+    from absl import app
+    from explore_rl import checkpoint, config, logs, main
+    where, at = sys.argv[1], int(sys.argv[2])
+    if where == "checkpoint":
+        save = checkpoint.Checkpointer.save
+        def dying_save(self, step, state, force=False):
+            save(self, step, state, force)
+            if step == at:
+                os.kill(os.getpid(), signal.SIGKILL)
+        checkpoint.Checkpointer.save = dying_save
+    if where == "metrics":
+        log = logs.RunLogger.log
+        def dying_log(self, step, metrics, samples=None):
+            if step == at:
+                with open(self.path, "a") as f:
+                    f.write('{"step": %d, "reward/me' % step)
+                os.kill(os.getpid(), signal.SIGKILL)
+            log(self, step, metrics, samples)
+        logs.RunLogger.log = dying_log
+    app.run(main.main, argv=config.config_argv(["main", *sys.argv[3:]]))
+    """
+)
+
+
+def _env():
+    path = os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=path)
+
+
+def _cli(*args, driver=None):
+    command = [sys.executable, "-c", DRIVER, *driver] if driver else [
+        sys.executable, "-m", "explore_rl.main"
+    ]  # fmt: skip
+    return subprocess.Popen(
+        [*command, *args], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _final_params(workdir, step):
+    c = grpo.get_config("smoke")
+    params, _, _ = config_lib.load_policy(c)
+    folder, step = checkpoint_lib.locate(workdir, step)
+    return checkpoint_lib.restore_subset(folder, step, {"state": {"params": params}})
+
+
+def _without_timing(rows):
+    return [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))} for r in rows]
+
+
+def test_kills_at_any_moment_resume_to_the_uninterrupted_run(tmp_path):
+    """SIGKILL inside a checkpoint write, inside a metrics write, and at random moments;
+    each time the same command resumes; the end equals a run never interrupted."""
+    steps = ["--config.train.steps=6"]
+    straight = _cli(*ARGS, *steps, "--workdir", str(tmp_path / "a"))
+    assert straight.wait(timeout=600) == 0, straight.stderr.read()[-3000:]
+    run = ["--workdir", str(tmp_path / "b"), *ARGS, *steps]
+    faults = 0
+    for driver in (["checkpoint", "2"], ["metrics", "4"]):
+        p = _cli(*run, driver=driver)
+        assert p.wait(timeout=600) == -signal.SIGKILL, p.stderr.read()[-3000:]
+        faults += 1
+    rng = random.Random(0)
+    for _ in range(2):  # from outside, at moments no one chose
+        p = _cli(*run)
+        time.sleep(rng.uniform(2.0, 7.0))
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            faults += 1
+        p.wait(timeout=600)
+    last = _cli(*run)
+    assert last.wait(timeout=600) == 0, last.stderr.read()[-3000:]
+    assert faults >= 3
+    lines = (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()
+    assert all(json.loads(line) for line in lines)  # no torn line left
+    a, b = read_metrics(str(tmp_path / "a")), read_metrics(str(tmp_path / "b"))
+    assert [r["step"] for r in b] == list(range(1, 7))  # no step twice, none missing
+    assert _without_timing(a) == _without_timing(b)
+    pa, pb = _final_params(str(tmp_path / "a"), 6), _final_params(str(tmp_path / "b"), 6)
+    leaves = zip(jax.tree.leaves(pa), jax.tree.leaves(pb), strict=True)
+    assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in leaves)
+
+
+def test_sigterm_checkpoints_the_step_and_says_how_to_resume(tmp_path):
+    run = [*ARGS, "--config.train.checkpoint_every=1000", "--workdir", str(tmp_path)]
+    p = _cli(*run, "--config.train.steps=1000")
+    metrics = tmp_path / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+        assert p.poll() is None and time.monotonic() < deadline, p.stderr.read()[-3000:]
+        time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=300) != 0
+    err = p.stderr.read()
+    step = len(read_metrics(str(tmp_path)))
+    assert f"stopped by SIGTERM after step {step}, checkpoint saved: rerun the same" in err
+    assert checkpoint_lib.Checkpointer(str(tmp_path)).latest_step() == step
+    again = _cli(*run, f"--config.train.steps={step + 1}")
+    assert again.wait(timeout=600) == 0, again.stderr.read()[-3000:]
+    assert [r["step"] for r in read_metrics(str(tmp_path))] == list(range(1, step + 2))
+
+
+def nan_reward(response, problem):
+    return float("nan")
+
+
+def test_non_finite_updates_stop_the_run_with_a_reason(tmp_path):
+    c = grpo.get_config("smoke")
+    c.reward.fn, c.train.max_skipped_updates = "test_reliability:nan_reward", 4
+    c.train.steps, c.train.eval_every = 10, 0
+    with pytest.raises(RuntimeError, match=r"4 updates in a row skipped .*\(through step 2"):
+        trainer.train(c, str(tmp_path))
+
+
+def _snapshot(folder) -> dict:
+    out = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+@pytest.fixture(scope="module")
+def existing_run(tmp_path_factory):
+    """A finished smoke run: every bad input below is pointed at it and must leave it as
+    it was."""
+    folder = tmp_path_factory.mktemp("existing")
+    c = grpo.get_config("smoke")
+    c.train.steps, c.train.eval_every = 1, 0
+    trainer.train(c, str(folder))
+    return folder
+
+
+def _bad_files(tmp):
+    """Files for the data, weights and tokenizer cases."""
+    (tmp / "malformed.jsonl").write_text('{"question": "1+1"\n{"question"\n')
+    (tmp / "fields.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
+    shapes = tmp / "shapes"
+    make_hf_checkpoint(shapes, "llama")
+    hf = json.loads((shapes / "config.json").read_text())
+    (shapes / "config.json").write_text(json.dumps({**hf, "intermediate_size": 128}))
+    vocab = tmp / "vocab"  # a 64-token model with the embedded 49152-token tokenizer
+    make_hf_checkpoint(vocab, "llama")
+    from explore_rl.models import weights
+
+    embedded = weights.model_folder("embedded")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(embedded, name), vocab / name)
+
+
+# (what is wrong, config change as "key=value" pairs, the error's words)
+BAD_CONFIGS = [
+    ("group of one", {"rollout.group_size": 1}, "group_size=1"),
+    ("micro-batches", {"optim.micro_batches": 3}, "micro_batches=3 must divide"),
+    ("minibatches", {"rl.minibatches": 3}, "rl.minibatches=3 must divide"),
+    ("top_p", {"rollout.top_p": 1.5}, r"rollout.top_p=1.5: must be in \(0, 1\]"),
+    ("temperature", {"rollout.temperature": -1.0}, "rollout.temperature=-1.0: must be >= 0"),
+    ("mesh", {"mesh.data": 3}, "mesh.data=3: must divide the"),
+    ("eval samples", {"eval.samples": 0}, "eval.samples=0"),
+    ("aggregation", {"rl.aggregation": "mean"}, "aggregation='mean'"),
+    ("gspo aggregation", {"rl.policy": "gspo"}, "policy='gspo' is a sequence-level"),
+    ("dual clip", {"rl.dual_clip": 0.5}, "dual_clip=0.5: must be > 1"),
+    ("score temperature", {"rl.score_temperature": "hot"}, "rl.score_temperature='hot'"),
+    ("preset", {"task.preset": "gsm9k"}, "task.preset='gsm9k': allowed"),
+    ("long prompts", {"task.long_prompts": "drop"}, "task.long_prompts='drop'"),
+    ("template kwargs", {"task.template_kwargs": "{x}"}, "task.template_kwargs=.*not JSON"),
+    ("raw prompt", {"task.raw_prompt": "Q:"}, "task.raw_prompt=.*must contain {question}"),
+    ("reward name", {"reward.name": "chess"}, "reward.name='chess'"),
+    ("reward fn", {"reward.fn": "no_such_mod:f"}, "cannot import no_such_mod"),
+    ("extractor", {"reward.extractors": "boxed,vibes"}, "reward.extractors has 'vibes'"),
+    ("skip limit", {"train.max_skipped_updates": 0}, "train.max_skipped_updates=0"),
+    ("eden group", {"exploration.methods": ("eden",)}, "exploration.eden.noisy=4"),
+    ("method", {"exploration.methods": ("edenn",)}, "edenn"),
+    ("model path", {"model.path": "/no/model"}, "model.path=/no/model: no such file"),
+    (
+        "train path",
+        {"task.name": "jsonl", "task.train_path": "/no/data.jsonl"},
+        "task.train_path=/no/data.jsonl: no such file",
+    ),
+    ("eval checkpoint", {"eval.checkpoint": "/no/run"}, "eval.checkpoint=/no/run: no such"),
+    ("prompt file", {"sample.prompt_file": "/no/p.txt"}, "sample.prompt_file=/no/p.txt: no such"),
+]
+# Cases that reach the files: the existing run is resumed with allow_config_change, so the
+# refusal must come from the file itself, before anything in the run directory is touched.
+BAD_FILES = [
+    ("all rows malformed", {"task.train_path": "malformed.jsonl"}, "no usable rows"),
+    ("field missing", {"task.train_path": "fields.jsonl"}, "no field 'question'"),
+    ("weights vs config", {"model.path": "shapes"}, "checkpoint and config do not match"),
+    ("tokenizer vs vocab", {"model.path": "vocab"}, "tokenizer has 49152 tokens, the model"),
+]
+
+
+def _apply(c, change, tmp):
+    for key, value in change.items():
+        section, name = key.rsplit(".", 1)
+        if isinstance(value, str) and (tmp / value).exists():
+            value = str(tmp / value)
+        c[section][name] = value
+        if key == "task.train_path":
+            c.task.name = "jsonl"
+        if key == "model.path":
+            c.model.random_init = ""
+
+
+@pytest.mark.parametrize("what,change,message", BAD_CONFIGS + BAD_FILES)
+def test_bad_input_is_named_and_the_run_directory_is_untouched(
+    what, change, message, existing_run, tmp_path
+):
+    if (what, change, message) in BAD_FILES:
+        _bad_files(tmp_path)
+    before = _snapshot(existing_run)
+    c = grpo.get_config("smoke")
+    c.train.allow_config_change = True
+    _apply(c, change, tmp_path)
+    with pytest.raises(ValueError, match=message):
+        trainer.train(c, str(existing_run))
+    assert _snapshot(existing_run) == before
+
+
+def test_work_directories_and_checkpoints_of_another_run_are_refused(existing_run, tmp_path):
+    before = _snapshot(existing_run)
+    c = grpo.get_config("smoke")
+    c.rl.eps_high = 0.4
+    with pytest.raises(ValueError, match=r"holds a run of another config \(rl.eps_high: 0.28"):
+        trainer.train(c, str(existing_run))
+    c = grpo.get_config("smoke")
+    c.model.random_init = "tiny-qwen2"
+    c.eval.checkpoint = str(existing_run)
+    with pytest.raises(ValueError, match="k_bias in the checkpoint .a run of another model"):
+        trainer.run_eval(c, None)
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(ValueError, match="a file, not a folder"):
+        trainer.train(grpo.get_config("smoke"), str(tmp_path / "file"))
+    assert _snapshot(existing_run) == before
+
+
+def test_a_user_error_on_the_cli_is_one_line_and_exit_2(tmp_path):
+    from conftest import run_main
+
+    out = run_main(
+        "--config", "configs/grpo.py:smoke", "--workdir", str(tmp_path),
+        "--config.rollout.top_p=1.5",
+    )  # fmt: skip
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert (
+        out.stderr.strip().splitlines()[-1].startswith("error: config: rollout.top_p=1.5: must be")
+    )
