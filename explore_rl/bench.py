@@ -27,6 +27,12 @@ tokens/s, the update's FLOP/s as a fraction of the matmul peak, and the process'
 RSS. BENCHMARKS.md ("One GRPO step on the peer workload") has TRL's GRPOTrainer timed on
 the same workload and machine: compare ratios, not seconds, across machines.
 
+`scale`: random-weight Qwen2.5-0.5B- and 1.5B-shaped models (no checkpoint), bfloat16, at
+an RL batch (64 prompts x 8 rollouts, 512-token prompts, 1024 new tokens forced): sampler
+tokens/s, one update's tokens/s and MFU (3 x forward FLOPs against the matmul peak of the
+same dtype, measured in the same run), peak device memory. Sized for one GPU in about five
+minutes; `--presets tiny-qwen2 --prompts 2 ...` runs it on a CPU.
+
 `startup`: seconds from command to first rollout (`--mode sample`, 2 prompts x 2 samples x
 8 tokens of the embedded model) in fresh processes sharing a new, empty cache folder: the
 first converts the GGUF and compiles, the second reads both from the cache (`caching`).
@@ -278,6 +284,82 @@ def bench_step(args) -> dict:
     }
 
 
+def _peak_memory_gib() -> float:
+    """The device's peak memory in use (GPU / TPU), else this process's peak RSS (CPU)."""
+    stats = jax.devices()[0].memory_stats() or {}
+    if "peak_bytes_in_use" in stats:
+        return round(stats["peak_bytes_in_use"] / 2**30, 2)
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+
+
+def bench_scale_one(preset: str, args, peak: float) -> dict:
+    """Sampler and update throughput of a random-weight preset at an RL batch size."""
+    from explore_rl.models import presets
+    from explore_rl.rl import losses
+    from explore_rl.rl.train_step import Batch, OptimConfig, init_state, make_optimizer
+    from explore_rl.rl.train_step import train_step as step_fn
+
+    cfg = presets.get_preset(preset, param_dtype=args.dtype, dtype=args.dtype)
+    params = jax.jit(lambda k: transformer.init_params(cfg, k))(jax.random.key(0))
+    p, g, n, length = args.prompts, args.group, args.new_tokens, args.prompt_len
+    prompts = jax.random.randint(jax.random.key(1), (p, length), 0, cfg.vocab_size)
+    prompt_mask = jnp.ones_like(prompts, bool)
+    tau = jnp.ones((p * g, n))
+    sc = sampler.SamplingConfig(n)  # no stop ids: every row generates n tokens
+    keys = iter(jax.random.split(jax.random.key(2), 100))
+    run = lambda: sampler.sample(params, cfg, prompts, prompt_mask, next(keys), tau, sc)  # noqa: E731
+    sample_s = _time(lambda: run().tokens, reps=args.reps)
+    out = run()
+    optimizer = make_optimizer(OptimConfig(micro_batches=args.micro_batches))
+    lc, oc = losses.LossConfig(), OptimConfig(micro_batches=args.micro_batches)
+    batch = Batch(
+        prompts=prompts,
+        prompt_mask=prompt_mask,
+        tokens=out.tokens,
+        mask=out.mask,
+        advantages=jax.random.normal(jax.random.key(3), (p * g,)),
+        behaviour_logp=out.logprobs,
+        old_logp=out.logprobs,
+        weights=jnp.ones((p * g,)),
+    )
+    holder = {"state": init_state(params, optimizer)}
+    params = None  # the state owns (and the update donates) them
+
+    def update():
+        holder["state"], m = step_fn(holder["state"], batch, cfg, lc, oc, optimizer)
+        return m["train/loss"]
+
+    update_s = _time(update, reps=args.reps)
+    rows, total = p * g, length + n
+    sample_flops_ = sample_flops(cfg, p * length, rows, length, n)
+    update_flops = 3 * forward_flops(cfg, rows, total)  # forward + backward
+    return {
+        "preset": preset,
+        "params_b": round(cfg.num_params() / 1e9, 3),
+        "sample_s": round(sample_s, 3),
+        "sample_tokens_per_s": round(rows * n / sample_s, 1),
+        "sample_fraction_of_peak": round(sample_flops_ / sample_s / peak, 3),
+        "update_s": round(update_s, 3),
+        "update_tokens_per_s": round(rows * total / update_s, 1),
+        "update_mfu": round(update_flops / update_s / peak, 3),
+        "peak_memory_gib": _peak_memory_gib(),
+    }
+
+
+def bench_scale(args) -> dict:
+    """Random-weight model shapes at an RL batch: sampler tokens/s, update tokens/s and
+    MFU against the matmul peak measured in the same run, peak memory."""
+    peak = matmul_peak(args.dtype)
+    return {
+        "bench": "scale",
+        "dtype": args.dtype,
+        "batch": f"{args.prompts} prompts x {args.group} rollouts, {args.prompt_len}-token "
+        f"prompts, {args.new_tokens} new tokens, {args.micro_batches} micro-batches",
+        "matmul_peak_tflops": round(peak / 1e12, 2),
+        "results": [bench_scale_one(p.strip(), args, peak) for p in args.presets.split(",")],
+    }
+
+
 _LOADED = re.compile(r"^loaded .* in ([0-9.]+)s$", re.M)
 
 
@@ -319,9 +401,20 @@ def main(argv=None):
     stp.add_argument("--micro-batches", type=int, default=1, help="groups split for the update")
     for p in (fwd, smp, stp):
         p.add_argument("--random-init", default="", help="a preset: random weights of its shape")
+    sc = sub.add_parser("scale", help="random-weight shapes at an RL batch (for GPU / TPU)")
+    sc.add_argument("--presets", default="qwen2.5-0.5b,qwen2.5-math-1.5b")
+    sc.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
+    sc.add_argument("--prompts", type=int, default=64)
+    sc.add_argument("--group", type=int, default=8)
+    sc.add_argument("--prompt-len", type=int, default=512)
+    sc.add_argument("--new-tokens", type=int, default=1024)
+    sc.add_argument("--micro-batches", type=int, default=32)
+    sc.add_argument("--reps", type=int, default=1)
     up = sub.add_parser("startup", help="command to first rollout, cold and warm cache")
     up.add_argument("--config", default="configs/base.py")
     args = parser.parse_args(argv)
+    if args.bench == "scale" and args.prompts % args.micro_batches:
+        parser.error(f"--micro-batches {args.micro_batches} must divide --prompts {args.prompts}")
     if args.bench == "sample" and args.random_init and not args.no_peer:
         parser.error("--random-init: the peer runs the real model; add --no-peer")
     benches = {
@@ -329,6 +422,7 @@ def main(argv=None):
         "sample": bench_sample,
         "step": bench_step,
         "startup": bench_startup,
+        "scale": bench_scale,
     }
     result = benches[args.bench](args)
     result["machine"] = (

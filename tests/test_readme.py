@@ -81,6 +81,22 @@ def smoke(words: list[str], hf_folder: str) -> list[str]:
             "forward": ["--random-init", "tiny-llama", "--batch", "2", "--length", "16"],
             "sample": ["--random-init", "tiny-llama", "--reps", "1", "--no-peer"],
             "startup": ["--config", "configs/grpo.py:smoke"],
+            "scale": [
+                "--presets",
+                "tiny-qwen2",
+                "--dtype",
+                "float32",
+                "--prompts",
+                "2",
+                "--group",
+                "2",
+                "--prompt-len",
+                "8",
+                "--new-tokens",
+                "4",
+                "--micro-batches",
+                "1",
+            ],
         }[out[3]]
     if out[1:3] == ["-m", "explore_rl.evaluation.diversity"]:
         out += ["--prompts=2", "--samples=2"]
