@@ -10,8 +10,9 @@ against k, each method's own panel, and a markdown summary (mean +- spread over 
 
 Runs are grouped by their resolved `config.json`, not their folder names: a run's label is
 its exploration methods ("grpo" when none) followed by every config field that differs
-between the runs given and is not the seed (e.g. "grpo rollout.temperature=1.2"); runs
-with the same label are seeds of one configuration. The spread is the sample standard
+between the runs given and is not the seed (e.g. "grpo rollout.temperature=1.2"; a field
+missing from some runs' config.json, added to the code after they ran, does not count);
+runs with the same label are seeds of one configuration. The spread is the sample standard
 deviation over seeds (0 with one seed); every table says how many seeds it averages, and a
 cell is empty unless every seed has the metric. Training columns average each seed's last
 `window` logged steps; a curve's band at a step uses the seeds that logged that step;
@@ -111,7 +112,9 @@ def load(paths: list[str]) -> list[Run]:
     for r in runs:
         by_methods.setdefault(r.methods, []).append(r)
     for methods, same in by_methods.items():  # fields that differ among one method's runs
-        keys = sorted(k for k in {k for r in same for k in r.config} if not IGNORED.match(k))
+        # a field only some configs have was added to the code after the others ran
+        common = set.intersection(*(set(r.config) for r in same))
+        keys = sorted(k for k in common if not IGNORED.match(k))
         differ = [k for k in keys if len({repr(r.config.get(k)) for r in same}) > 1]
         for r in same:
             changed = [f"{k}={_value(r.config.get(k))}" for k in differ]

@@ -60,6 +60,10 @@ def test_labels_come_from_the_configs_and_seeds_are_grouped(runs):
         "ead",
     ]
     assert [len(v) for v in analysis.groups(loaded).values()] == [1, 2, 1]
+    config = json.loads(open(os.path.join(runs[1], "config.json")).read())
+    config["logging"] = {"wandb": False}  # a field added to the code after run a ran
+    open(os.path.join(runs[1], "config.json"), "w").write(json.dumps(config))
+    assert analysis.load(runs)[1].label == "grpo rollout.temperature=1.0"
 
 
 def test_summary_means_and_spreads_by_hand(runs):
