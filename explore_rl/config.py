@@ -7,6 +7,7 @@ ml_collections already rejects unknown keys and wrong types (the config is locke
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib.util
 import json
 import os
@@ -55,6 +56,38 @@ def config_argv(argv: list[str]) -> list[str]:
         elif a == "--config" and i + 1 < len(out):
             out[i + 1] = find(out[i + 1])
     return out
+
+
+def check_overrides(argv: list[str]) -> None:
+    """Every `--config.a.b=value` names a field of the `--config` file's config: a typo is
+    one line naming the nearest field, before the flags are parsed (where it would be a
+    traceback)."""
+    spec = next(
+        (a.split("=", 1)[1] if "=" in a else argv[i + 1] for i, a in enumerate(argv)
+         if (a == "--config" and i + 1 < len(argv)) or a.startswith("--config=")),
+        None,
+    )  # fmt: skip
+    if spec is None:
+        return
+    try:
+        fields = set(_flat_keys(load(spec)))
+    except Exception:  # a broken file is the flags parser's to report
+        return
+    for a in argv:
+        if a.startswith("--config.") and a != "--config.":
+            key = a[len("--config.") :].split("=", 1)[0]
+            if key not in fields and not any(f.startswith(key + ".") for f in fields):
+                near = difflib.get_close_matches(key, fields, n=1, cutoff=0.6)
+                hint = f" (did you mean {near[0]}?)" if near else ""
+                raise ValueError(f"--config.{key}: no such config field{hint}")
+
+
+def _flat_keys(c, prefix: str = ""):
+    for k, v in c.items():
+        if isinstance(v, ConfigDict):
+            yield from _flat_keys(v, f"{prefix}{k}.")
+        else:
+            yield prefix + k
 
 
 def load_module(path: str):

@@ -149,4 +149,10 @@ def _run(mode: str, config, workdir: str | None):
 
 if __name__ == "__main__":
     flags.mark_flag_as_required("config")
-    app.run(main, argv=config_lib.config_argv(sys.argv))
+    argv = config_lib.config_argv(sys.argv)
+    try:
+        config_lib.check_overrides(argv)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    app.run(main, argv=argv)

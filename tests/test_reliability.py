@@ -292,3 +292,8 @@ def test_a_user_error_on_the_cli_is_one_line_and_exit_2(tmp_path):
     assert (
         out.stderr.strip().splitlines()[-1].startswith("error: config: rollout.top_p=1.5: must be")
     )
+    out = run_main("--config", "configs/grpo.py:smoke", "--config.rollout.tempreature=1")
+    assert out.returncode == 2 and out.stderr.strip() == (
+        "error: --config.rollout.tempreature: no such config field "
+        "(did you mean rollout.temperature?)"
+    )
