@@ -112,10 +112,10 @@ def load(paths: list[str]) -> list[Run]:
     for r in runs:
         by_methods.setdefault(r.methods, []).append(r)
     for methods, same in by_methods.items():  # fields that differ among one method's runs
-        # a field only some configs have was added to the code after the others ran
-        common = set.intersection(*(set(r.config) for r in same))
-        keys = sorted(k for k in common if not IGNORED.match(k))
-        differ = [k for k in keys if len({repr(r.config.get(k)) for r in same}) > 1]
+        keys = sorted(k for k in {k for r in same for k in r.config} if not IGNORED.match(k))
+        # a field only some configs have was added to the code after the others ran: it
+        # separates runs only where the runs that have it disagree
+        differ = [k for k in keys if len({repr(r.config[k]) for r in same if k in r.config}) > 1]
         for r in same:
             changed = [f"{k}={_value(r.config.get(k))}" for k in differ]
             r.label = " ".join(["+".join(methods) or "grpo", *changed])

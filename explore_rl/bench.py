@@ -117,6 +117,7 @@ def bench_forward(args) -> dict:
     return {
         "bench": "forward",
         "model": args.model,
+        "random_init": args.random_init,
         "dtype": args.dtype,
         "batch": args.batch,
         "length": args.length,
@@ -170,6 +171,7 @@ def bench_sample(args) -> dict:
     result = {
         "bench": "sample",
         "model": args.model,
+        "random_init": args.random_init,
         "rows": b,
         "prompt_len": tokens.shape[1],
         "new_tokens": PEER_NEW,
@@ -272,6 +274,7 @@ def bench_step(args) -> dict:
     return {
         "bench": "step",
         "model": args.model,
+        "random_init": args.random_init,
         "rows": rows,
         "new_tokens": PEER_NEW,
         "step_s": round(step_s, 2),
@@ -285,7 +288,8 @@ def bench_step(args) -> dict:
 
 
 def _peak_memory_gib() -> float:
-    """The device's peak memory in use (GPU / TPU), else this process's peak RSS (CPU)."""
+    """The device's peak memory in use (GPU / TPU), else this process's peak RSS (CPU):
+    the process's peak so far, so `scale` runs its presets smallest first."""
     stats = jax.devices()[0].memory_stats() or {}
     if "peak_bytes_in_use" in stats:
         return round(stats["peak_bytes_in_use"] / 2**30, 2)
@@ -342,7 +346,7 @@ def bench_scale_one(preset: str, args, peak: float) -> dict:
         "update_s": round(update_s, 3),
         "update_tokens_per_s": round(rows * total / update_s, 1),
         "update_mfu": round(update_flops / update_s / peak, 3),
-        "peak_memory_gib": _peak_memory_gib(),
+        "peak_memory_gib_so_far": _peak_memory_gib(),
     }
 
 

@@ -55,9 +55,10 @@ class Checkpointer:
         self.manager.close()
 
 
-def locate(path: str, step: int = 0) -> tuple[str, int]:
+def locate(path: str, step: int = 0, step_key: str = "eval.step") -> tuple[str, int]:
     """(the checkpoints folder, the step) named by a run directory, its checkpoints folder
-    or one step's folder (`.../checkpoints/6`); `step` 0 = the newest complete one."""
+    or one step's folder (`.../checkpoints/6`); `step` 0 = the newest complete one (the
+    config field that gave it: `step_key`)."""
     path = os.path.abspath(path)
     if (
         os.path.basename(path).isdigit()
@@ -65,7 +66,7 @@ def locate(path: str, step: int = 0) -> tuple[str, int]:
     ):
         folder, named = os.path.dirname(path), int(os.path.basename(path))
         if step and step != named:
-            raise ValueError(f"eval.checkpoint={path} is step {named}, eval.step={step}")
+            raise ValueError(f"eval.checkpoint={path} is step {named}, {step_key}={step}")
         step = named
     elif os.path.isdir(os.path.join(path, "checkpoints")):
         folder = os.path.join(path, "checkpoints")

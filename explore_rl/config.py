@@ -161,6 +161,11 @@ def validate(c: ConfigDict) -> None:
     )
     _check(c.eval.samples >= 1, f"eval.samples={c.eval.samples}: need at least 1")
     _check(
+        c.reward.workers >= 1 and c.reward.timeout > 0 and c.reward.memory_mb >= 0,
+        f"reward.workers={c.reward.workers} must be >= 1, reward.timeout={c.reward.timeout} "
+        f"> 0, reward.memory_mb={c.reward.memory_mb} >= 0",
+    )
+    _check(
         c.train.max_skipped_updates >= 1,
         f"train.max_skipped_updates={c.train.max_skipped_updates}: must be >= 1",
     )

@@ -70,7 +70,7 @@ def trained_params(c, mesh):
         abstract,
         parallel.param_shardings(abstract, mesh),
     )
-    folder, step = checkpoint_lib.locate(c.eval.checkpoint, c.export.step)
+    folder, step = checkpoint_lib.locate(c.eval.checkpoint, c.export.step, "export.step")
     saved = checkpoint_lib.restore_subset(folder, step, {"state": {"params": like}})
     return saved["state"]["params"], cfg, step
 

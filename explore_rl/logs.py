@@ -82,7 +82,7 @@ class RunLogger:
         )
         self.tb.flush()
         if self.wandb is not None:
-            self.wandb.log({v.tag: v.simple_value for v in values}, step=step)
+            self.wandb.log({k: v for k, v in row.items() if k != "step"}, step=step)
         if samples:
             name = os.path.join(self.workdir, "samples", f"step_{step:07d}.jsonl")
             with open(name, "w") as f:

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+import configs
 from explore_rl import caching
 from explore_rl import config as config_lib
 from explore_rl.sampling import sampler
@@ -121,10 +122,21 @@ def main(argv):
     try:
         _run(_MODE.value, _CONFIG.value, _WORKDIR.value)
     except (ValueError, FileNotFoundError) as e:  # bad input: one line that names it
-        if _TRACEBACK.value:
+        if _TRACEBACK.value or not _raised_here(e):
             raise
         print(f"error: {e}  (--traceback for the trace)", file=sys.stderr)
         sys.exit(2)
+
+
+def _raised_here(e: BaseException) -> bool:
+    """Whether our own checks raised `e` (bad input), not a library (a bug, kept whole)."""
+    tb = e.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    ours = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(configs.__file__))
+    return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(
+        tuple(d + os.sep for d in ours)
+    )
 
 
 def _run(mode: str, config, workdir: str | None):

@@ -254,8 +254,10 @@ def test_over_long_prompts_are_found_when_the_data_is_loaded(caplog):
         kept = fit_prompts(tok, problems, fmt, width, "skip", "train")
     assert kept == problems[::2]
     assert "train: 1 of 3 prompts are longer than rollout.max_prompt_len" in caplog.text
-    with pytest.raises(ValueError, match=r"train problem 1 has a \d+-token prompt, more than"):
+    with pytest.raises(ValueError, match=r"train problem 1 \(of its usable rows\) has a \d+-token"):
         fit_prompts(tok, problems, fmt, width, "error", "train")
+    with pytest.raises(ValueError, match=r"test: every prompt is longer than rollout.max_prompt"):
+        fit_prompts(tok, problems, fmt, 3, "skip", "test")
     c.task.template_kwargs = "{enable_thinking: false}"
     with pytest.raises(ValueError, match="task.template_kwargs=.*not JSON"):
         config_lib.validate(c)

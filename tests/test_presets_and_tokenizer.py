@@ -157,3 +157,5 @@ def test_prompt_formats_render_as_transformers(hf_tokenizer_folder):
         ours.apply_chat_template([{"role": "tool", "content": "x"}])
     raw = PromptFormat(" Box it.", raw="{bos}Question: {question}\nAnswer:")
     assert raw.text(ours, "2+2?") == f"{ours.bos_token}Question: 2+2? Box it.\nAnswer:"
+    latex = PromptFormat(raw="{question}\nPut it in \\boxed{}, as \\frac{a}{b}.")  # braces
+    assert latex.text(ours, "1/2?") == "1/2?\nPut it in \\boxed{}, as \\frac{a}{b}."

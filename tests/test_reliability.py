@@ -297,3 +297,15 @@ def test_a_user_error_on_the_cli_is_one_line_and_exit_2(tmp_path):
         "error: --config.rollout.tempreature: no such config field "
         "(did you mean rollout.temperature?)"
     )
+
+
+def test_a_run_that_predates_a_new_config_field_resumes(existing_run, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(existing_run, old)
+    config = json.loads((old / "config.json").read_text())
+    del config["task"]["long_prompts"]  # written before the field existed
+    (old / "config.json").write_text(json.dumps(config))
+    c = grpo.get_config("smoke")
+    c.train.steps, c.train.eval_every = 2, 0
+    trainer.train(c, str(old))
+    assert [r["step"] for r in read_metrics(str(old))] == [1, 2]

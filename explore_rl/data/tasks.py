@@ -376,7 +376,7 @@ def jsonl_task(t, seed: int):
     or `train_path` is given)."""
     spec = JSONL_PRESETS.get(t.preset) or JsonlSpec(t.question_field, t.answer_field, t.answer_from)
     train_path, test_paths = t.train_path, t.test_paths
-    if t.preset:
+    if t.preset and not (train_path and test_paths):  # the preset's own files fill the gaps
         preset_train, preset_test = preset_paths(t.preset)
         train_path, test_paths = train_path or preset_train, test_paths or preset_test
     test = {}

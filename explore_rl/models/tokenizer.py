@@ -77,7 +77,8 @@ class PromptFormat:
     def text(self, tok: Tokenizer, question: str) -> str:
         content = question + self.instruction
         if self.raw:
-            return self.raw.format(question=content, bos=tok.bos_token or "")
+            # not str.format: a raw prompt may hold LaTeX braces (\\boxed{}, \\frac{a}{b})
+            return self.raw.replace("{bos}", tok.bos_token or "").replace("{question}", content)
         system = [{"role": "system", "content": self.system}] if self.system else []
         return tok.apply_chat_template(
             [*system, {"role": "user", "content": content}], **dict(self.template_kwargs)

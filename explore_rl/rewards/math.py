@@ -148,9 +148,9 @@ def _init_worker(ready, memory_bytes: int):
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     signal.signal(signal.SIGALRM, _on_alarm)
     equivalent("1/2", "0.5")  # goes through math-verify's parse and verify
-    if memory_bytes:  # after the imports: the limit is for the items
+    ready.put(time.monotonic())  # (starts the queue's feeder thread)
+    if memory_bytes:  # after the imports and threads: the limit is for the items
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-    ready.put(time.monotonic())
 
 
 def _score_one(fn, args, timeout: float) -> tuple[float, bool, bool]:
@@ -184,8 +184,10 @@ class Verifier:
         warmup_timeout: float = 120.0,
         memory_mb: int = 4096,
     ):
-        if workers < 1 or timeout <= 0:
-            raise ValueError(f"workers={workers} must be >= 1 and timeout={timeout} > 0")
+        if workers < 1 or timeout <= 0 or memory_mb < 0:
+            raise ValueError(
+                f"workers={workers} must be >= 1, timeout={timeout} > 0, memory_mb={memory_mb} >= 0"
+            )
         self.workers, self.timeout, self.fn = workers, timeout, fn
         self.warmup_timeout = warmup_timeout
         self.memory_bytes = memory_mb * 2**20  # each worker's address space; 0 = no limit

@@ -79,9 +79,14 @@ def fit_prompts(
     if long and policy == "error":
         i = long[0]
         raise ValueError(
-            f"{name} problem {i} has a {lengths[i]}-token prompt, more than "
-            f"rollout.max_prompt_len={max_len} ({len(long)} such; task.long_prompts='skip' "
-            f"drops them): {problems[i].question[:80]!r}"
+            f"{name} problem {i} (of its usable rows) has a {lengths[i]}-token prompt, more "
+            f"than rollout.max_prompt_len={max_len} ({len(long)} such; task.long_prompts="
+            f"'skip' drops them): {problems[i].question[:80]!r}"
+        )
+    if problems and len(long) == len(problems):
+        raise ValueError(
+            f"{name}: every prompt is longer than rollout.max_prompt_len={max_len} tokens "
+            f"(the shortest has {min(lengths)})"
         )
     if long:
         logging.warning(

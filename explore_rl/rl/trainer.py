@@ -333,10 +333,10 @@ def _check_same_run(c, workdir: str) -> None:
     with open(path) as f:
         before = _flat(json.load(f))
     now = _flat(json.loads(config_lib.resolved(c).to_json()))
+    # a key only one side has was added to the code after the run started: not a change
     changed = sorted(
-        k for k in before.keys() | now.keys()
-        if k.startswith(_SAME_RUN) and before.get(k) != now.get(k)
-    )  # fmt: skip
+        k for k in before.keys() & now.keys() if k.startswith(_SAME_RUN) and before[k] != now[k]
+    )
     if changed:
         k = changed[0]
         raise ValueError(
@@ -387,7 +387,9 @@ def _train(c, workdir: str, verifier: Verifier):
                 loss=f"{metrics['train/loss']:.4f}",
             )
             now = int(progress.state.skipped)
-            whole = now - skipped == updates_per_step  # every update of the step skipped
+            # per step, the count of skipped updates is known, not their order: a step that
+            # skipped only some counts them as the start of a new run of skips
+            whole = now - skipped == updates_per_step
             skipped_in_a_row = skipped_in_a_row + now - skipped if whole else now - skipped
             skipped = now
             if skipped_in_a_row >= c.train.max_skipped_updates:
