@@ -162,7 +162,11 @@ def _loss(params, cfg, lc: losses.LossConfig, mb: Batch, n):
     return losses.policy_loss(lc, x, n)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "lc", "oc", "optimizer"), donate_argnums=0)
+# The clip ranges enter the compiled update as values, not constants: runs or controls that
+# differ only in them (clip-higher vs GRPO, an eps sweep in a notebook) share one program.
+_TRACED_CLIPS = ("eps_low", "eps_high", "gspo_eps_low", "gspo_eps_high")
+
+
 def train_step(
     state: TrainState,
     batch: Batch,
@@ -171,7 +175,15 @@ def train_step(
     oc: OptimConfig,
     optimizer: optax.GradientTransformation,
 ):
-    """One optimizer step on `batch`; returns the new state and metrics."""
+    """One optimizer step on `batch`; returns the new state and metrics (donates `state`)."""
+    clips = jnp.asarray([getattr(lc, k) for k in _TRACED_CLIPS], jnp.float32)
+    program = dataclasses.replace(lc, **dict.fromkeys(_TRACED_CLIPS, 0.0))
+    return _train_step(state, batch, clips, cfg, program, oc, optimizer)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "lc", "oc", "optimizer"), donate_argnums=0)
+def _train_step(state, batch, clips, cfg, lc, oc, optimizer):
+    lc = dataclasses.replace(lc, **dict(zip(_TRACED_CLIPS, clips)))
     x = losses.LossInputs(
         logp=batch.old_logp,
         old_logp=batch.old_logp,
