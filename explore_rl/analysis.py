@@ -36,7 +36,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from explore_rl.logs import read_metrics  # noqa: E402
+from explore_rl.logs import flatten, read_metrics  # noqa: E402
 
 CURVES = ("reward/mean", "groups/zero_adv_frac", "rollout/entropy", "rollout/response_len")
 # the last `WINDOW` steps' mean of these, and the last evaluation's held-out metrics
@@ -82,23 +82,13 @@ class Run:
         return {} if evals.empty else evals.iloc[-1].dropna().to_dict()
 
 
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[prefix + k] = tuple(v) if isinstance(v, list) else v
-    return out
-
-
 def load_run(path: str) -> Run:
     """One run directory (config.json, metrics.jsonl); a one-line error when it is not."""
     config_path = os.path.join(path, "config.json")
     if not os.path.exists(config_path):
         raise ValueError(f"{path}: not a run directory (no config.json)")
     with open(config_path) as f:
-        config = _flatten(json.load(f))
+        config = flatten(json.load(f))
     rows = read_metrics(path) if os.path.exists(os.path.join(path, "metrics.jsonl")) else []
     if not rows:
         raise ValueError(f"{path}: no metrics.jsonl lines (the run logged no step)")

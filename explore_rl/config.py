@@ -15,6 +15,7 @@ import os
 from ml_collections import ConfigDict
 
 import configs
+from explore_rl import logs
 from explore_rl.data import tasks
 from explore_rl.exploration import base as exploration
 from explore_rl.models import weights
@@ -70,7 +71,7 @@ def check_overrides(argv: list[str]) -> None:
     if spec is None:
         return
     try:
-        fields = set(_flat_keys(load(spec)))
+        fields = set(logs.flatten(load(spec).to_dict()))
     except Exception:  # a broken file is the flags parser's to report
         return
     for a in argv:
@@ -80,14 +81,6 @@ def check_overrides(argv: list[str]) -> None:
                 near = difflib.get_close_matches(key, fields, n=1, cutoff=0.6)
                 hint = f" (did you mean {near[0]}?)" if near else ""
                 raise ValueError(f"--config.{key}: no such config field{hint}")
-
-
-def _flat_keys(c, prefix: str = ""):
-    for k, v in c.items():
-        if isinstance(v, ConfigDict):
-            yield from _flat_keys(v, f"{prefix}{k}.")
-        else:
-            yield prefix + k
 
 
 def load_module(path: str):

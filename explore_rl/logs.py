@@ -109,3 +109,15 @@ def read_metrics(workdir: str) -> list[dict]:
             if i < len(lines) - 1:  # only a line without its newline can be torn
                 raise ValueError(f"{workdir}/metrics.jsonl:{i + 1}: not JSON") from None
     return rows
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    """A nested config (a run's config.json, `ConfigDict.to_dict()`) as {"a.b": value},
+    lists as tuples (JSON's lists and the config's tuples then compare equal)."""
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = tuple(v) if isinstance(v, list) else v
+    return out

@@ -34,7 +34,7 @@ from explore_rl.evaluation import metrics as metrics_lib
 from explore_rl.evaluation.evaluate import evaluate
 from explore_rl.exploration import base as exploration
 from explore_rl.hoststate import HostState
-from explore_rl.logs import RunLogger
+from explore_rl.logs import RunLogger, flatten
 from explore_rl.rewards.math import Verifier, extract_answer
 from explore_rl.rl import advantages as advantages_lib
 from explore_rl.rl import rollout as rollout_lib
@@ -331,8 +331,8 @@ def _check_same_run(c, workdir: str) -> None:
     if c.train.allow_config_change or not os.path.exists(path):
         return
     with open(path) as f:
-        before = _flat(json.load(f))
-    now = _flat(json.loads(config_lib.resolved(c).to_json()))
+        before = flatten(json.load(f))
+    now = flatten(json.loads(config_lib.resolved(c).to_json()))
     # a key only one side has was added to the code after the run started: not a change
     changed = sorted(
         k for k in before.keys() & now.keys() if k.startswith(_SAME_RUN) and before[k] != now[k]
@@ -344,13 +344,6 @@ def _check_same_run(c, workdir: str) -> None:
             f"{now.get(k)!r}; {len(changed)} setting(s) differ): use a new --workdir, or "
             "--config.train.allow_config_change=True to resume it anyway"
         )
-
-
-def _flat(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in tree.items():
-        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
-    return out
 
 
 def _train(c, workdir: str, verifier: Verifier):
