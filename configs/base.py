@@ -81,6 +81,12 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.rollout.top_k = 0  # most likely tokens kept; 0 = all
     c.rollout.dynamic_sampling = False  # DAPO: keep groups with 0 < correct < G, refill
     c.rollout.max_generation_batches = 4  # DAPO: most generation batches per step
+    # The rollout engine (results never depend on these, speed and memory do): decode
+    # slots, refilled with waiting rows as rows finish; 0 = every row of a batch at once
+    # (one prefill, one loop: fastest when all fits). Fewer slots than rows pay off when
+    # response lengths are long-tailed, and bound the KV cache to slots x length.
+    c.rollout.slots = 0
+    c.rollout.decode_chunk = 16  # decode steps between refills of finished slots
 
     c.rl = ConfigDict()
     c.rl.advantage = "grpo"  # grpo | dr_grpo | batch

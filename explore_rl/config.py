@@ -25,6 +25,7 @@ from explore_rl.rewards.math import EXTRACTORS, Verifier
 from explore_rl.rl import advantages, losses
 from explore_rl.rl.rollout import RolloutSettings
 from explore_rl.rl.train_step import OptimConfig
+from explore_rl.sampling.engine import EngineConfig
 from explore_rl.sampling.sampler import SamplingConfig
 
 
@@ -142,6 +143,7 @@ def validate(c: ConfigDict) -> None:
         )
     _check_paths(c)
     prompt_format(c)  # a readable template_kwargs and raw_prompt
+    engine_config(c)  # slots and decode_chunk in range
     _check(
         c.task.long_prompts in ("skip", "error"),
         f"task.long_prompts={c.task.long_prompts!r}: allowed ['error', 'skip']",
@@ -258,12 +260,21 @@ def prompt_format(c: ConfigDict) -> PromptFormat:
     return PromptFormat(t.instruction, t.system_prompt, t.raw_prompt, tuple(sorted(kwargs.items())))
 
 
+def engine_config(c: ConfigDict) -> EngineConfig:
+    """How every generation (training, evaluation, --mode sample) is scheduled."""
+    try:
+        return EngineConfig(c.rollout.slots, c.rollout.decode_chunk)
+    except ValueError as e:
+        raise ValueError(f"config: rollout.slots / rollout.decode_chunk: {e}") from None
+
+
 def rollout_settings(c: ConfigDict, tok) -> RolloutSettings:
     """How training rollouts are drawn and rewarded."""
     return RolloutSettings(
         prompt=prompt_format(c),
         max_prompt_len=c.rollout.max_prompt_len,
         sampling=sampling_config(c, tok.stop_ids),
+        engine=engine_config(c),
         extractors=extractors(c),
         reward=rewards.build(c.reward),
         format_weight=c.reward.format_weight,

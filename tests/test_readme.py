@@ -81,6 +81,18 @@ def smoke(words: list[str], hf_folder: str) -> list[str]:
             "forward": ["--random-init", "tiny-llama", "--batch", "2", "--length", "16"],
             "sample": ["--random-init", "tiny-llama", "--reps", "1", "--no-peer"],
             "startup": ["--config", "configs/grpo.py:smoke"],
+            "engine": [
+                "--random-init",
+                "tiny-llama",
+                "--prompts",
+                "2",
+                "--group",
+                "2",
+                "--new-tokens",
+                "8",
+                "--slots",
+                "0,3",
+            ],  # fmt: skip
             "scale": [
                 "--presets",
                 "tiny-qwen2",

@@ -202,6 +202,8 @@ BAD_CONFIGS = [
     ("minibatches", {"rl.minibatches": 3}, "rl.minibatches=3 must divide"),
     ("top_p", {"rollout.top_p": 1.5}, r"rollout.top_p=1.5: must be in \(0, 1\]"),
     ("temperature", {"rollout.temperature": -1.0}, "rollout.temperature=-1.0: must be >= 0"),
+    ("decode slots", {"rollout.slots": -2}, r"rollout.slots / rollout.decode_chunk: slots=-2"),
+    ("decode chunk", {"rollout.decode_chunk": 0}, r"rollout.decode_chunk: .*chunk=0 >= 1"),
     ("mesh", {"mesh.data": 3}, "mesh.data=3: must divide the"),
     ("eval samples", {"eval.samples": 0}, "eval.samples=0"),
     ("aggregation", {"rl.aggregation": "mean"}, "aggregation='mean'"),
@@ -270,6 +272,9 @@ def test_work_directories_and_checkpoints_of_another_run_are_refused(existing_ru
     c.rl.eps_high = 0.4
     with pytest.raises(ValueError, match=r"holds a run of another config \(rl.eps_high: 0.28"):
         trainer.train(c, str(existing_run))
+    c = grpo.get_config("smoke")
+    c.rollout.slots, c.rollout.decode_chunk = 3, 2  # how rollouts are scheduled: resumable
+    trainer._check_same_run(c, str(existing_run))
     c = grpo.get_config("smoke")
     c.model.random_init = "tiny-qwen2"
     c.eval.checkpoint = str(existing_run)

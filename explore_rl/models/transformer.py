@@ -60,7 +60,9 @@ class KVCache:
     k: list[Float[Array, "B K S H"]]
     v: list[Float[Array, "B K S H"]]
     mask: Bool[Array, "B S"]
-    index: Int[Array, ""]
+    # The slot the next token is written to: one for all rows, or one per row [B] for a
+    # one-token decode whose rows are at different steps (the rollout engine's slots).
+    index: Int[Array, ""] | Int[Array, " B"]
     extra_k: list[Float[Array, "B K E H"]] | None = None
     extra_v: list[Float[Array, "B K E H"]] | None = None
     extra_mask: Bool[Array, "B E"] | None = None
@@ -291,13 +293,18 @@ def _context(cfg, tokens_mask, positions, cache, iv) -> _Context:
         keys_valid, slot, q_slot = tokens_mask, jnp.arange(t), jnp.arange(t)
     elif tokens_mask is None:
         keys_valid = cache.mask
+    elif cache.index.ndim:  # per-row write slots (one token per row)
+        keys_valid = cache.mask.at[jnp.arange(cache.mask.shape[0]), cache.index].set(
+            tokens_mask[:, 0]
+        )
+        slot, q_slot = jnp.arange(keys_valid.shape[1]), cache.index[:, None]
     else:
         keys_valid = jax.lax.dynamic_update_slice(cache.mask, tokens_mask, (0, cache.index))
         slot = jnp.arange(keys_valid.shape[1])
         q_slot = cache.index + jnp.arange(tokens_mask.shape[1])
     key_mask = None
     if tokens_mask is not None:
-        key_mask = keys_valid[:, None, :] & (slot[None, None, :] <= q_slot[None, :, None])
+        key_mask = keys_valid[:, None, :] & (slot[None, None, :] <= q_slot[..., None])
     inv_freq = rope_frequencies(cfg)
     rope = None if positions is None else rope_table(positions, inv_freq)
     ctx = _Context(rope, keys_valid, key_mask, index=None if cache is None else cache.index)
@@ -343,7 +350,11 @@ def _layer(lp, cfg, x, xe, ctx: _Context, kv, extra_kv, prefix_kv):
     shared = [] if prefix_kv is None else [_Keys(*prefix_kv, grouped=True)]
 
     def attend_main(q, k, v):
-        if kv is not None:
+        if kv is not None and ctx.index.ndim:  # row b writes its token at slot index[b]
+            rows = jnp.arange(k.shape[0])
+            k = kv[0].at[rows, :, ctx.index].set(k[:, :, 0])
+            v = kv[1].at[rows, :, ctx.index].set(v[:, :, 0])
+        elif kv is not None:
             at = (0, 0, ctx.index, 0)
             k = jax.lax.dynamic_update_slice(kv[0], k, at)
             v = jax.lax.dynamic_update_slice(kv[1], v, at)

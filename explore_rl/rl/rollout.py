@@ -22,6 +22,7 @@ from explore_rl.models.tokenizer import PromptFormat, Tokenizer
 from explore_rl.rewards.math import Verifier, format_reward
 from explore_rl.rl.advantages import zero_advantage_groups
 from explore_rl.rl.plan import RolloutPlan
+from explore_rl.sampling import engine as engine_lib
 from explore_rl.sampling import sampler
 
 
@@ -37,6 +38,7 @@ class Rollouts:
     plan: RolloutPlan  # how the rows were drawn (its `problems` moved to `problems`)
     timeouts: int = 0  # verifier items over time
     reward_errors: int = 0  # verifier items whose reward function raised
+    engine: list[engine_lib.EngineStats] = dataclasses.field(default_factory=list)  # per call
 
     @property
     def group_size(self) -> int:
@@ -53,6 +55,7 @@ class RolloutSettings:
     extractors: tuple[str, ...]  # answer extraction, in order (majority vote at eval)
     reward: Callable[[str, Problem], float]  # picklable: runs in the verifier's workers
     format_weight: float = 0.0  # reward += weight x (answer in \\boxed{})
+    engine: engine_lib.EngineConfig = engine_lib.EngineConfig()  # decode slots, chunk
 
 
 def encode(tok: Tokenizer, problems: list[Problem], fmt: PromptFormat, max_len: int):
@@ -128,7 +131,7 @@ def generate(
     problems = plan.problems
     prompts, mask = encode(tok, problems, settings.prompt, settings.max_prompt_len)
     prompt_of, rows = prefill_layout(len(problems), plan.temperature.shape[0], plan.route)
-    out = sampler.sample(
+    out, stats = engine_lib.generate(
         params,
         cfg,
         jnp.asarray(prompts[prompt_of]),
@@ -136,6 +139,7 @@ def generate(
         rng,
         plan.temperature,
         settings.sampling,
+        settings.engine,
         plan.interventions,
         None if rows is None else jnp.asarray(rows),
     )
@@ -164,6 +168,7 @@ def generate(
         plan.replace(problems=None),
         scored.timeouts,
         scored.errors,
+        [stats],
     )
 
 
@@ -177,8 +182,8 @@ def _concat(*xs):
 
 def select_groups(parts: list[tuple[Rollouts, int]], pad_id: int) -> Rollouts:
     """Concatenate chosen groups [(rollouts, group index)] into one batch (the caller
-    sets `timeouts` and `reward_errors`: they count every generation batch, kept groups or
-    not)."""
+    sets `timeouts`, `reward_errors` and `engine`: they count every generation batch, kept
+    groups or not)."""
     length = max(r.prompts.shape[1] for r, _ in parts)
     g = parts[0][0].group_size
     rows = lambda r, i: slice(i * g, (i + 1) * g)  # noqa: E731

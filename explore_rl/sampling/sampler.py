@@ -72,8 +72,8 @@ class Rollout:
     entropy: Float[Array, "B T"]  # entropy of the temperature-1 distribution
     sampling_entropy: Float[Array, "B T"]  # entropy of the distribution really sampled
     finished: Bool[Array, " B"]  # stopped on a stop id (False: hit max_new_tokens)
-    # Block `readout_layer`'s output at each response token's position (the last token
-    # generated is never fed back, so its entry stays zero).
+    # Block `readout_layer`'s output at each response token's position (a row's last
+    # token, its stop or its T-th, is never fed back, so its entry stays zero).
     readout: Float[Array, "B T D"] | None = None
 
     @property
@@ -162,7 +162,9 @@ def _truncated(scaled: Float[Array, "B V"], u, top_p: float, top_k: int):
     def full_vocabulary(_):
         order = jnp.argsort(-scaled, axis=-1, stable=True)
         vals = jnp.take_along_axis(scaled, order, axis=-1)
-        return _sorted_choice(vals, order, log_z, u, top_p, top_k)[0]
+        full = _sorted_choice(vals, order, log_z, u, top_p, top_k)[0]
+        # Only the rows that need it: a row's draw never depends on the rows beside it.
+        return jax.tree.map(lambda a, b: jnp.where(covered, a, b), result, full)
 
     return jax.lax.cond(jnp.all(covered), lambda _: result, full_vocabulary, None)
 
@@ -237,7 +239,7 @@ def _record(state: _State, choice: _Choice, stop_ids) -> _State:
     return state.replace(done=state.done | stopped, out=o)
 
 
-def _steering(iv: Interventions | None, rows) -> Interventions | None:
+def steering(iv: Interventions | None, rows) -> Interventions | None:
     """Steering and readout of `rows`, without appended slots (those run once, per row)."""
     if iv is None:
         return None
@@ -245,7 +247,7 @@ def _steering(iv: Interventions | None, rows) -> Interventions | None:
     return Interventions(steer=steer, steer_layer=iv.steer_layer, readout_layer=iv.readout_layer)
 
 
-def _grouped_rows(n_prompts: int, batch: int) -> np.ndarray:
+def grouped_rows(n_prompts: int, batch: int) -> np.ndarray:
     """The default layout: row b continues prompt row b // G, G = B / P."""
     if batch % n_prompts:
         raise ValueError(
@@ -261,17 +263,12 @@ def _gather_prefix(cache: transformer.KVCache, rows: Int[Array, " B"]) -> transf
     return cache.replace(k=take(cache.k), v=take(cache.v), mask=cache.mask[rows])
 
 
-def prefill(params, cfg, prompts, prompt_mask, iv, batch: int, n_new: int, rows=None):
-    """Prefill the P prompts once each; row b of the batch decodes from prompt rows[b]
-    (default b // (B / P): groups of G contiguous rows, whose keys the decode then reads
-    once per group). A prefill runs under the steering vector of the first row mapped to
-    it: rows sharing a prefill must share their steering (`sample` checks it).
-
-    Returns the decode cache (the prompts as its shared prefix, n_new slots per row, any
-    appended slots filled), the last hidden state per row, and the positions taken so far.
-    """
-    p, grouped = prompts.shape[0], rows is None
-    rows = _grouped_rows(p, batch) if grouped else rows
+def prefill_prompts(params, cfg, prompts, prompt_mask, iv, rows):
+    """Each of the P prompt rows once, under the steering vector of the first decode row
+    mapped to it (`rows[b]`: the prompt row of decode row b; rows sharing a prefill must
+    share their steering, `sample` checks it). Returns the filled prompt cache [P] and
+    each prompt's last hidden state [P, D]."""
+    p = prompts.shape[0]
     first = jnp.argmax(rows[None, :] == jnp.arange(p)[:, None], axis=1)  # a prefill's vector
     pre = transformer.hidden_states(
         params,
@@ -280,30 +277,52 @@ def prefill(params, cfg, prompts, prompt_mask, iv, batch: int, n_new: int, rows=
         transformer.positions_from_mask(prompt_mask),
         prompt_mask,
         transformer.init_cache(cfg, p, prompts.shape[1]),
-        _steering(iv, first),
+        steering(iv, first),
     )
-    prefix = pre.cache if grouped else _gather_prefix(pre.cache, rows)
+    return pre.cache, pre.hidden[:, -1]
+
+
+def append_slots(params, cfg, cache, iv, extra_embeds, extra_mask, last, used):
+    """Run each row's appended slots (EDEN) against its prompt in `cache`: the cache with
+    them filled, the last hidden state (the final real slot's where a row has one) and the
+    positions taken, updated."""
+    slots = transformer.hidden_states(
+        params,
+        cfg,
+        None,
+        None,
+        None,
+        cache,
+        iv.replace(extra_embeds=extra_embeds, extra_mask=extra_mask),
+    )
+    em = extra_mask.astype(bool)
+    final = jnp.max(jnp.where(em, jnp.arange(em.shape[1]), 0), axis=1)
+    slot_last = jnp.take_along_axis(slots.extra_hidden, final[:, None, None], axis=1)[:, 0]
+    last = jnp.where(jnp.any(em, axis=1)[:, None], slot_last, last)
+    return slots.cache, last, used + jnp.sum(em, axis=1).astype(jnp.int32)
+
+
+def prefill(params, cfg, prompts, prompt_mask, iv, batch: int, n_new: int, rows=None):
+    """Prefill the P prompts once each; row b of the batch decodes from prompt rows[b]
+    (default b // (B / P): groups of G contiguous rows, whose keys the decode then reads
+    once per group).
+
+    Returns the decode cache (the prompts as its shared prefix, n_new slots per row, any
+    appended slots filled), the last hidden state per row, and the positions taken so far.
+    """
+    grouped = rows is None
+    rows = grouped_rows(prompts.shape[0], batch) if grouped else rows
+    prompt_cache, prompt_last = prefill_prompts(params, cfg, prompts, prompt_mask, iv, rows)
+    prefix = prompt_cache if grouped else _gather_prefix(prompt_cache, rows)
     n_extra = 0 if iv is None or iv.extra_embeds is None else iv.extra_embeds.shape[1]
     cache = transformer.init_cache(cfg, batch, n_new, n_extra, prefix=prefix)
-    last = pre.hidden[rows, -1]
+    last = prompt_last[rows]
     used = jnp.sum(prompt_mask, axis=1)[rows].astype(jnp.int32)
     if n_extra:
-        slots = transformer.hidden_states(
-            params,
-            cfg,
-            None,
-            None,
-            None,
-            cache,
-            _steering(iv, slice(None)).replace(
-                extra_embeds=iv.extra_embeds, extra_mask=iv.extra_mask
-            ),
-        )
-        em = iv.extra_mask.astype(bool)
-        final = jnp.max(jnp.where(em, jnp.arange(n_extra), 0), axis=1)
-        slot_last = jnp.take_along_axis(slots.extra_hidden, final[:, None, None], axis=1)[:, 0]
-        last = jnp.where(jnp.any(em, axis=1)[:, None], slot_last, last)
-        cache, used = slots.cache, used + jnp.sum(em, axis=1).astype(jnp.int32)
+        cache, last, used = append_slots(
+            params, cfg, cache, steering(iv, slice(None)), iv.extra_embeds, iv.extra_mask,
+            last, used,
+        )  # fmt: skip
     return cache, last, used
 
 
@@ -314,7 +333,7 @@ def check_prefill_rows(
     prompts, and rows that continue one prefill must carry the same steering vector (a
     prefill runs once, under one vector). Host-side, on concrete arrays."""
     if rows is None:
-        rows = _grouped_rows(n_prompts, batch)
+        rows = grouped_rows(n_prompts, batch)
     elif rows.shape != (batch,) or rows.min() < 0 or rows.max() >= n_prompts:
         raise ValueError(
             f"prefill_rows must give each of the {batch} rows a prompt in [0, {n_prompts})"
@@ -368,10 +387,27 @@ def sample(
     )
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "config"))
 def _sample(
     params, cfg, prompts, prompt_mask, rng, temperature, config, interventions, prefill_rows
 ) -> Rollout:
+    state, uniforms = start(
+        params, cfg, prompts, prompt_mask, rng, temperature, config, interventions, prefill_rows
+    )
+    return decode(params, cfg, state, temperature, uniforms, config, interventions)
+
+
+def row_uniforms(rng: jax.Array, rows: int, n_new: int) -> Float[Array, "T B"]:
+    """The one uniform of each (response position, row) draw. A row's randomness is keyed
+    by its index and token position alone, so any schedule of the rows (the rollout
+    engine's slots) draws the same tokens."""
+    return jax.random.uniform(rng, (n_new, rows))
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "config"))
+def start(
+    params, cfg, prompts, prompt_mask, rng, temperature, config, interventions, prefill_rows
+) -> tuple[_State, Float[Array, "T B"]]:
+    """The prefill and each row's first token: the decode loop's initial state."""
     b, n_new = temperature.shape
     if n_new != config.max_new_tokens:
         raise ValueError(
@@ -381,27 +417,37 @@ def _sample(
     cache, last, position = prefill(
         params, cfg, prompts, prompt_mask, interventions, b, n_new, prefill_rows
     )
-    uniforms = jax.random.uniform(rng, (n_new, b))
+    u = row_uniforms(rng, b, n_new)
     readout = interventions is not None and interventions.readout_layer is not None
-    empty = jnp.zeros((b, n_new), jnp.float32)
     state = _State(
         step=jnp.zeros((), jnp.int32),
         cache=cache,
         position=position,
         done=jnp.zeros((b,), bool),
-        out=Rollout(
-            tokens=jnp.zeros((b, n_new), jnp.int32),
-            mask=jnp.zeros((b, n_new), bool),
-            logprobs=empty,
-            entropy=empty,
-            sampling_entropy=empty,
-            finished=jnp.zeros((b,), bool),
-            readout=jnp.zeros((b, n_new, cfg.d_model), cfg.jnp_dtype) if readout else None,
-        ),
+        out=empty_rollout(cfg, b, n_new, readout),
     )
-    first = choose(transformer.lm_logits(params, cfg, last), temperature[:, 0], uniforms[0], config)
-    state = _record(state, first, config.stop_ids)
-    steer = _steering(interventions, slice(None))
+    first = choose(transformer.lm_logits(params, cfg, last), temperature[:, 0], u[0], config)
+    return _record(state, first, config.stop_ids), u
+
+
+def empty_rollout(cfg, rows: int, n_new: int, readout: bool) -> Rollout:
+    empty = jnp.zeros((rows, n_new), jnp.float32)
+    return Rollout(
+        tokens=jnp.zeros((rows, n_new), jnp.int32),
+        mask=jnp.zeros((rows, n_new), bool),
+        logprobs=empty,
+        entropy=empty,
+        sampling_entropy=empty,
+        finished=jnp.zeros((rows,), bool),
+        readout=jnp.zeros((rows, n_new, cfg.d_model), cfg.jnp_dtype) if readout else None,
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "config"))
+def decode(params, cfg, state: _State, temperature, uniforms, config, interventions) -> Rollout:
+    """Every row from its first token until all have stopped or the table ends."""
+    n_new = temperature.shape[1]
+    steer = steering(interventions, slice(None))
 
     def cond(s: _State):
         return (s.step + 1 < n_new) & ~jnp.all(s.done)
@@ -425,7 +471,9 @@ def _sample(
             config,
         )
         if o.readout is not None:  # block output at the position of response token t - 1
-            readout = s.out.readout.at[:, s.step].set(o.readout[:, 0])
+            # (a row's last token, its stop, is never fed back: its entry stays zero)
+            fed = jnp.where(s.done[:, None], 0, o.readout[:, 0])
+            readout = s.out.readout.at[:, s.step].set(fed)
             s = s.replace(out=s.out.replace(readout=readout))
         s = s.replace(step=t, cache=o.cache, position=s.position + 1)
         return _record(s, c, config.stop_ids)
