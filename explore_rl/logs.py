@@ -47,8 +47,15 @@ def _wandb_run(workdir: str, settings: dict):
 
 
 class RunLogger:
-    def __init__(self, workdir: str, start_step: int = 0, wandb: dict | None = None):
-        self.workdir = workdir
+    """metrics.jsonl, TensorBoard, W&B and samples/ of a run. In a run of several
+    processes one writes (`write`); the others' calls do nothing."""
+
+    def __init__(
+        self, workdir: str, start_step: int = 0, wandb: dict | None = None, write: bool = True
+    ):
+        self.workdir, self.write = workdir, write
+        if not write:
+            return
         os.makedirs(os.path.join(workdir, "samples"), exist_ok=True)
         self.path = os.path.join(workdir, "metrics.jsonl")
         self._truncate(start_step)
@@ -67,6 +74,8 @@ class RunLogger:
         os.replace(self.path + ".tmp", self.path)
 
     def log(self, step: int, metrics: dict, samples: list[dict] | None = None):
+        if not self.write:
+            return
         row = {"step": step, **{k: _scalar(v) for k, v in sorted(metrics.items())}}
         with open(self.path, "a") as f:
             f.write(json.dumps(row) + "\n")
@@ -89,6 +98,8 @@ class RunLogger:
                 f.writelines(json.dumps(s) + "\n" for s in samples)
 
     def close(self):
+        if not self.write:
+            return
         self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()

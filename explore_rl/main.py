@@ -28,9 +28,9 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 import configs
-from explore_rl import caching
+from explore_rl import caching, parallel
 from explore_rl import config as config_lib
-from explore_rl.sampling import sampler
+from explore_rl.sampling import engine, sampler
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file (configs/*.py[:arg]).", lock_config=True
@@ -39,6 +39,14 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (config, samples,
 _MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "sample", "export"], "What to run.")
 _TRACEBACK = flags.DEFINE_bool(
     "traceback", False, "On bad input (a config value, a file), the full traceback too."
+)
+# Several processes (hosts) in one run: explicitly, or --distributed where the cluster's
+# variables say (a TPU pod's workers); srun / mpirun with several tasks need neither.
+_COORDINATOR = flags.DEFINE_string("coordinator", "", "Process 0's HOST:PORT (multi-process).")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", 1, "Processes in the run.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", 0, "This process's index in the run.")
+_DISTRIBUTED = flags.DEFINE_bool(
+    "distributed", False, "Join the processes the cluster started (jax.distributed)."
 )
 
 
@@ -83,7 +91,7 @@ def run_sample(config, workdir: str | None) -> list[dict]:
     g, n = s.samples_per_prompt, len(rows)
     sc = config_lib.sampling_config(config, tok.stop_ids, "sample")
     start = time.perf_counter()
-    out = sampler.sample(
+    out, stats = engine.generate(
         params,
         cfg,
         tokens,
@@ -91,8 +99,8 @@ def run_sample(config, workdir: str | None) -> list[dict]:
         jax.random.key(config.seed),
         jnp.full((n * g, s.max_new_tokens), s.temperature),
         sc,
+        config_lib.engine_config(config),
     )
-    out.tokens.block_until_ready()
     seconds = time.perf_counter() - start
     samples = []
     for i, (toks, m) in enumerate(zip(out.tokens.tolist(), out.mask.tolist())):
@@ -103,8 +111,9 @@ def run_sample(config, workdir: str | None) -> list[dict]:
             f"\n> {prompt}" + (f"   [answer {answer}]" if answer is not None else "") + f"\n{text}"
         )
     print(
-        f"\n{len(samples)} samples, {int(out.lengths.sum())} tokens in {seconds:.1f}s "
-        "(compile included)"
+        f"\n{len(samples)} samples, {stats.useful_tokens} tokens in {seconds:.1f}s "
+        f"(compile included; prefill {stats.prefill_s:.1f}s, decode {stats.decode_s:.1f}s, "
+        f"{stats.slots} slots {stats.occupancy:.0%} busy, {stats.refills} refills)"
     )
     if workdir:
         os.makedirs(os.path.join(workdir, "samples"), exist_ok=True)
@@ -120,6 +129,9 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)  # orbax and jax are chatty at INFO
     caching.enable_compilation_cache()
     try:
+        parallel.initialize(
+            _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, _DISTRIBUTED.value
+        )
         _run(_MODE.value, _CONFIG.value, _WORKDIR.value)
     except (ValueError, FileNotFoundError) as e:  # bad input: one line that names it
         if _TRACEBACK.value or not _raised_here(e):

@@ -5,6 +5,11 @@ A 2-D mesh ('data', 'fsdp'): parameters and optimizer state are sharded over 'fs
 pin a parameter name to a dimension), batches over both axes together. On one device
 every sharding degenerates to replicated with no change to the calling code.
 
+Several processes (hosts) form one run through JAX's multi-controller runtime:
+`initialize` joins them (`jax.distributed`), after which `jax.devices()` and the mesh span
+every process's devices and each process runs the same program on its own devices.
+
+    initialize("10.0.0.1:1234", num_processes=2, process_id=0)  # before any device use
     mesh = make_mesh(data=2, fsdp=2)
     params = jax.device_put(params, param_shardings(params, mesh))
 """
@@ -12,6 +17,7 @@ every sharding degenerates to replicated with no change to the calling code.
 from __future__ import annotations
 
 import math
+import os
 
 import jax
 import numpy as np
@@ -22,6 +28,36 @@ BATCH_AXES = ("data", "fsdp")
 # Parameter name -> the dimension to shard over 'fsdp' (others: the largest that divides).
 # Embeddings shard over the vocabulary, projections over their model-dimension input.
 RULES = {"embed": 0, "lm_head": 1, "q": 0, "k": 0, "v": 0, "o": 2, "gate": 0, "up": 0, "down": 1}
+
+
+def _launched_as_several() -> bool:
+    """srun or mpirun started several processes (JAX reads the rest from their variables)."""
+    tasks = os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("OMPI_COMM_WORLD_SIZE")
+    return int(tasks or 1) > 1
+
+
+def initialize(
+    coordinator: str = "", num_processes: int = 1, process_id: int = 0, detect: bool = False
+) -> None:
+    """Join the run's processes before any device is used: explicitly (process 0's
+    host:port, the process count, this process's index), or from the cluster's own
+    variables (`detect`, e.g. every worker of a TPU pod; SLURM's srun and Open MPI's
+    mpirun with several tasks are recognised without it). One plain process: nothing."""
+    if num_processes < 1 or not 0 <= process_id < num_processes:
+        raise ValueError(
+            f"--process_id={process_id} must be in [0, --num_processes={num_processes})"
+        )
+    if num_processes > 1:
+        if not coordinator:
+            raise ValueError(f"--num_processes={num_processes} needs --coordinator=HOST:PORT")
+        jax.distributed.initialize(coordinator, num_processes, process_id)
+    elif detect or _launched_as_several():
+        jax.distributed.initialize()
+
+
+def is_main_process() -> bool:
+    """The process that writes the run's logs, samples and reports."""
+    return jax.process_index() == 0
 
 
 def make_mesh(data: int = 1, fsdp: int = -1, devices=None) -> Mesh:
@@ -60,6 +96,18 @@ def param_shardings(tree, mesh: Mesh):
         return NamedSharding(mesh, _spec(str(name), tuple(np.shape(x)), fsdp))
 
     return jax.tree_util.tree_map_with_path(leaf, tree)
+
+
+def place(tree, mesh: Mesh):
+    """`tree` (params, optimizer state, a run's progress) on its `param_shardings`. In a run
+    of several processes a value made on this process alone (an eager `jnp.zeros`, a
+    counter) goes through the host first: each process holds the same value, and JAX
+    builds the global array from it."""
+    shardings = param_shardings(tree, mesh)
+    if jax.process_count() > 1:
+        local = lambda x: isinstance(x, jax.Array) and len(x.sharding.device_set) == 1  # noqa: E731
+        tree = jax.tree.map(lambda x: np.asarray(x) if local(x) else x, tree)
+    return jax.device_put(tree, shardings)
 
 
 def placer(mesh: Mesh):

@@ -4,6 +4,9 @@
     python launch/sweep.py configs/ase.py:demo --parallel 2     # run them, 2 at a time
     python launch/sweep.py configs/eden.py:paper --workdir runs/eden-sweep -- \\
         --config.model.path=/models/Qwen2.5-Math-1.5B          # flags for every point
+    python launch/sweep.py configs/eden.py:paper --slurm eden.sbatch --nodes 2 \\
+        --gpus-per-node 4                          # a SLURM job array: one job a point
+    python launch/sweep.py configs/ead.py:paper --tpu my-v4-32 --zone us-central2-b
 
 A config's sweep is built with the `hyper` helper it receives (the big_vision and
 ml_collections habit): `hyper.sweep("config.seed", [0, 1])` is a list of points,
@@ -12,6 +15,11 @@ Each point becomes `python -m explore_rl.main --config CONFIG --workdir ROOT/NAM
 --config.<key>=<value> ...`, its NAME made of the swept fields' last components and values
 ("seed=0,alpha=0.25"; a longer suffix of the key where two last components clash), so
 every point has its own work directory, and rerunning a sweep resumes each run.
+
+On a cluster every point is one multi-host run: `--slurm FILE` writes a job-array script
+(`sbatch FILE`): each array task takes `--nodes` nodes, one process a node (`srun`), whose
+processes join through JAX's SLURM detection; `--tpu NAME` prints one command a point that
+runs it on every worker of a TPU VM (`--distributed`: JAX reads the pod's topology).
 """
 
 from __future__ import annotations
@@ -96,17 +104,76 @@ def commands(spec: str, workdir: str, extra: list[str]) -> list[tuple[str, list[
     return out
 
 
+def slurm_script(runs: list[tuple[str, list[str]]], root: str, nodes: int, gpus: int) -> str:
+    """A SLURM job array with one task per point, each `nodes` nodes x one process."""
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={os.path.basename(root)}",
+        f"#SBATCH --array=0-{len(runs) - 1}",
+        f"#SBATCH --nodes={nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        *([f"#SBATCH --gpus-per-node={gpus}"] if gpus else []),
+        f"#SBATCH --output={os.path.join(root, 'slurm-%A_%a.out')}",
+        "set -euo pipefail",
+        "# one point per array task; srun starts a process on each node, and",
+        "# explore_rl.main joins them (jax.distributed reads SLURM's variables)",
+        "runs=(",
+        *[f"  {shlex.quote(shlex.join(['python', *argv[1:]]))}  # {name}" for name, argv in runs],
+        ")",
+        'srun bash -c "${runs[$SLURM_ARRAY_TASK_ID]}"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def tpu_commands(runs: list[tuple[str, list[str]]], tpu: str, zone: str) -> list[str]:
+    """One command a point: the run on every worker of TPU VM `tpu` (in this checkout's
+    folder there), the workers joined by `--distributed`."""
+    where = ["--zone", zone] if zone else []
+    return [
+        shlex.join(
+            [
+                "gcloud",
+                "compute",
+                "tpus",
+                "tpu-vm",
+                "ssh",
+                tpu,
+                *where,
+                "--worker=all",
+                "--command",
+                f"cd {shlex.quote(os.getcwd())} && "
+                + shlex.join(["python", *argv[1:], "--distributed"]),
+            ]
+        )  # fmt: skip
+        for _, argv in runs
+    ]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("config", help="configs/<file>.py[:arg]")
     parser.add_argument("--workdir", help="root of the runs' folders (runs/sweeps/<file>)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     parser.add_argument("--parallel", type=int, default=1, help="runs at a time")
+    parser.add_argument("--slurm", help="write a SLURM job-array script here (no run)")
+    parser.add_argument("--nodes", type=int, default=1, help="--slurm: nodes per run")
+    parser.add_argument("--gpus-per-node", type=int, default=0, help="--slurm: GPUs a node")
+    parser.add_argument("--tpu", help="print the commands for this TPU VM's workers (no run)")
+    parser.add_argument("--zone", default="", help="--tpu: its zone")
     argv = sys.argv[1:] if argv is None else list(argv)
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []  # flags for every run
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     stem = os.path.splitext(os.path.basename(args.config.partition(":")[0]))[0]
-    runs = commands(args.config, args.workdir or os.path.join("runs", "sweeps", stem), extra)
+    root = args.workdir or os.path.join("runs", "sweeps", stem)
+    runs = commands(args.config, root, extra)
+    if args.slurm:
+        with open(args.slurm, "w") as f:
+            f.write(slurm_script(runs, root, args.nodes, args.gpus_per_node))
+        print(f"{args.slurm}: {len(runs)} runs of {args.nodes} node(s); submit with sbatch")
+        return
+    if args.tpu:
+        print("\n".join(tpu_commands(runs, args.tpu, args.zone)))
+        return
     if args.dry_run:
         for _, argv in runs:
             print(shlex.join(argv))

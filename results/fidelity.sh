@@ -28,5 +28,7 @@ for part in ${1:-demo hard clip}; do
     demo) python -m explore_rl.analysis --out results/figures/fidelity_demo runs/fid/demo/* ;;
     hard) python -m explore_rl.analysis --out results/figures/fidelity_hard \
       runs/fid/hard/{grpo,ead,eden,controls_py_temperature}* ;;
+    clip) python -m explore_rl.analysis --out results/figures/fidelity_clip \
+      runs/fid/demo/{grpo,controls_py_clip_higher,controls_py_gspo}* ;;
   esac
 done

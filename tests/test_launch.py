@@ -57,6 +57,29 @@ def test_dry_run_prints_one_command_per_point(capsys):
     assert lines[0].endswith("--config.exploration.ead.convention=paper")
 
 
+@pytest.mark.parametrize("name", CONFIGS)
+def test_the_slurm_script_has_one_multi_node_run_per_point(name, tmp_path, capsys):
+    spec = f"configs/{name}" + (":gspo" if name == "controls.py" else "")
+    script = tmp_path / "runs.sbatch"
+    sweep.main([spec, "--workdir", "w", "--slurm", str(script), "--nodes", "2",
+                "--gpus-per-node", "4"])  # fmt: skip
+    text = script.read_text()
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    n = len(sweep.points(spec))
+    assert f"#SBATCH --array=0-{n - 1}" in text and "#SBATCH --nodes=2" in text
+    assert "--gpus-per-node=4" in text and 'srun bash -c "${runs[$SLURM_ARRAY_TASK_ID]}"' in text
+    # the array holds one quoted command a point, each with its own work directory
+    listed = subprocess.run(
+        ["bash", "-c", text.rsplit("srun", 1)[0] + 'printf "%s\\n" "${runs[@]}"'],
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    assert len(listed) == n and len({c.split("--workdir ")[1].split()[0] for c in listed}) == n
+    assert all(c.startswith("python -m explore_rl.main --config " + spec) for c in listed)
+    sweep.main([spec, "--workdir", "w", "--tpu", "v4-32", "--zone", "us-central2-b"])
+    tpu = capsys.readouterr().out.splitlines()[1:]  # after the --slurm line
+    assert len(tpu) == n and all("--worker=all" in c and "--distributed" in c for c in tpu)
+
+
 @pytest.mark.slow
 def test_a_sweep_runs_each_point_through_the_cli(tmp_path):
     out = subprocess.run(

@@ -47,6 +47,7 @@ from explore_rl.rl.train_step import (
     score,
     train_step,
 )
+from explore_rl.sampling import engine as engine_lib
 
 score_jit = jax.jit(score, static_argnums=1)
 
@@ -137,7 +138,7 @@ def collect(run: Run, progress: Progress, step: int):
     r, q, g = c.rollout, c.rollout.prompts, c.rollout.group_size
     ctx, step_key = run.context(params, step), jax.random.fold_in(run.key, step)
     position = int(progress.data_position)
-    kept, spare, batches, timeouts, errors = [], [], 0, 0, 0
+    kept, spare, batches, timeouts, errors, calls = [], [], 0, 0, 0, []
     while len(kept) < q and batches < (r.max_generation_batches if r.dynamic_sampling else 1):
         plan_key, sample_key = jax.random.split(jax.random.fold_in(step_key, batches))
         plan = base_plan(
@@ -155,12 +156,16 @@ def collect(run: Run, progress: Progress, step: int):
             run.settings,
         )
         batches, timeouts, errors = batches + 1, timeouts + ro.timeouts, errors + ro.reward_errors
+        calls += ro.engine
         good = rollout_lib.informative(ro) if r.dynamic_sampling else np.ones(q, bool)
         kept += [(ro, i) for i in np.flatnonzero(good)]
         spare += [(ro, i) for i in np.flatnonzero(~good)]
     parts, filled = fill_groups(kept, spare, q)
     ro = dataclasses.replace(
-        rollout_lib.select_groups(parts, run.tok.pad_id), timeouts=timeouts, reward_errors=errors
+        rollout_lib.select_groups(parts, run.tok.pad_id),
+        timeouts=timeouts,
+        reward_errors=errors,
+        engine=calls,
     )
     return ro, position, {"rollout/generation_batches": batches, "rollout/filled_groups": filled}
 
@@ -190,6 +195,7 @@ def rollout_metrics(ro, extractors) -> dict:
         "rollout/truncated_frac": 1.0 - np.asarray(out.finished).mean(),
         "rollout/verifier_timeouts": ro.timeouts,
         "rollout/reward_errors": ro.reward_errors,
+        **engine_lib.merge_metrics(ro.engine),
     }
 
 
@@ -273,7 +279,7 @@ def start(c, workdir: str, verifier: Verifier):
     ctx = run.context(params, 0)
     states = {ex.name: (ex.template if step else ex.init)(ctx) for ex in run.explorers}
     progress = Progress(init_state(params, run.optimizer), jnp.zeros((), jnp.int32), states)
-    progress = jax.device_put(progress, parallel.param_shardings(progress, mesh))
+    progress = parallel.place(progress, mesh)
     if step:
         progress = ckpt.restore(step, progress)
     return run, progress, ckpt
@@ -320,13 +326,15 @@ class _StopSignals:
 # The settings that make a run what it is (the rest may change when it resumes).
 _SAME_RUN = ("seed", "model.", "task.", "rollout.", "rl.", "optim.", "exploration.", "reward.name",
              "reward.fn", "reward.extractors", "reward.format_weight")  # fmt: skip
+# How rollouts are scheduled, not what they are: a resume may change it (less memory, say).
+_SCHEDULING = ("rollout.slots", "rollout.decode_chunk")
 
 
 def _check_same_run(c, workdir: str) -> None:
     """A work directory with checkpoints resumes only the run its config.json describes:
     another model, task, rollout, update or method setting (or seed) is refused, naming the
-    first difference, unless `train.allow_config_change`. Length, logging, evaluation and
-    placement settings may change on resume."""
+    first difference, unless `train.allow_config_change`. Length, logging, evaluation,
+    placement and rollout-scheduling settings may change on resume."""
     path = os.path.join(workdir, "config.json")
     if c.train.allow_config_change or not os.path.exists(path):
         return
@@ -335,7 +343,9 @@ def _check_same_run(c, workdir: str) -> None:
     now = flatten(json.loads(config_lib.resolved(c).to_json()))
     # a key only one side has was added to the code after the run started: not a change
     changed = sorted(
-        k for k in before.keys() & now.keys() if k.startswith(_SAME_RUN) and before[k] != now[k]
+        k
+        for k in before.keys() & now.keys()
+        if k.startswith(_SAME_RUN) and k not in _SCHEDULING and before[k] != now[k]
     )
     if changed:
         k = changed[0]
@@ -349,16 +359,18 @@ def _check_same_run(c, workdir: str) -> None:
 def _train(c, workdir: str, verifier: Verifier):
     run, progress, ckpt = start(c, workdir, verifier)
     start_step = ckpt.latest_step() or 0
-    resolved = config_lib.resolved(c)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(resolved.to_json(indent=2))
-    logger = RunLogger(workdir, start_step, config_lib.wandb_settings(c, resolved))
+    resolved, main = config_lib.resolved(c), parallel.is_main_process()
+    if main:  # one writer in a run of several processes
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(resolved.to_json(indent=2))
+    logger = RunLogger(workdir, start_step, config_lib.wandb_settings(c, resolved), write=main)
     bar = tqdm(
         range(start_step, c.train.steps),
         initial=start_step,
         total=c.train.steps,
         desc="train",
         dynamic_ncols=True,
+        disable=not main,
     )
     updates_per_step = c.rl.minibatches * c.rl.ppo_epochs
     skipped_in_a_row, skipped = 0, int(progress.state.skipped)
@@ -445,7 +457,10 @@ def train_one_step(run: Run, progress: Progress, step: int):
         "time/update_s": t3 - t2,
         "perf/tokens_per_s": tokens / (t3 - t0),
     }
-    return Progress(state, jnp.asarray(position, jnp.int32), states), metrics, ro
+    progress = Progress(state, jnp.asarray(position, jnp.int32), states)
+    if run.mesh is not None:  # host-made leaves onto the mesh (the checkpoint is global)
+        progress = parallel.place(progress, run.mesh)
+    return progress, metrics, ro
 
 
 def _arrays(state):
@@ -491,7 +506,7 @@ def run_eval(c, workdir: str | None) -> dict:
     records = []
     with config_lib.verifier(c) as run.verifier:
         results = run_evaluation(run, params, states, step, records)
-    if workdir:
+    if workdir and parallel.is_main_process():
         os.makedirs(workdir, exist_ok=True)
         with open(os.path.join(workdir, "eval.json"), "w") as f:
             json.dump({"step": step, **results}, f, indent=2)

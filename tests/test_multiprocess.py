@@ -1,0 +1,107 @@
+"""A run of two real processes joined by `jax.distributed` on localhost: the same params as
+the one-process run, one writer of the logs, and a resume of its checkpoint."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from configs import grpo
+from explore_rl import config as config_lib
+from explore_rl.logs import read_metrics
+from explore_rl.rl import trainer
+
+pytestmark = pytest.mark.slow
+
+# smoke scale, with a reward that gives mixed groups, so each step really updates
+SMOKE = ["--config=configs/grpo.py:smoke", "--config.train.eval_every=0",
+         "--config.reward.fn=test_rewards:parity_of_length"]  # fmt: skip
+TESTS = os.path.dirname(os.path.abspath(__file__))
+ENV = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=TESTS)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(workdir, steps: int, processes: int = 2) -> list[str]:
+    """The smoke run as `processes` CPU processes of one device each; their stderr."""
+    port = _free_port()
+    env = {k: v for k, v in ENV.items() if k != "XLA_FLAGS"}  # one device per process
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "explore_rl.main",
+                *SMOKE,
+                f"--workdir={workdir}",
+                f"--config.train.steps={steps}",
+                f"--coordinator=127.0.0.1:{port}",
+                f"--num_processes={processes}",
+                f"--process_id={i}",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for i in range(processes)
+    ]
+    errs = []
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=600)
+        finally:
+            for q in procs:
+                if q.poll() is None and p.returncode is None:
+                    q.kill()
+        errs.append(err)
+        assert p.returncode == 0, err[-3000:]
+    return errs
+
+
+def final_state(workdir):
+    """The newest checkpoint of `workdir` restored in this (one-device) process."""
+    c = grpo.get_config("smoke")
+    c.train.eval_every, c.reward.fn = 0, "test_rewards:parity_of_length"
+    _, progress, ckpt = trainer.start(c, str(workdir), verifier=None)
+    ckpt.close()
+    return progress
+
+
+def test_two_processes_train_like_one_and_resume(tmp_path):
+    two = tmp_path / "two"
+    launch(two, steps=1)
+    # one writer: one line a step, one TensorBoard file
+    assert [r["step"] for r in read_metrics(str(two))] == [1]
+    assert len([n for n in os.listdir(two) if n.startswith("events.out")]) == 1
+    launch(two, steps=2)  # the same two processes resume step 1's checkpoint
+    # the reference: one process holding the same mesh of two devices (fake CPU ones)
+    one = tmp_path / "one"
+    subprocess.run(
+        [sys.executable, "-m", "explore_rl.main", *SMOKE, f"--workdir={one}",
+         "--config.train.steps=2"],
+        env=dict(ENV, XLA_FLAGS="--xla_force_host_platform_device_count=2"),
+        check=True, capture_output=True,
+    )  # fmt: skip
+    a, b = final_state(one), final_state(two)
+    assert int(b.state.step) == int(a.state.step) > 0
+    for x, y in zip(jax.tree.leaves(a.state.params), jax.tree.leaves(b.state.params)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    start = jax.tree.leaves(config_lib.load_policy(grpo.get_config("smoke"))[0])
+    moved = [not np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a.state.params), start)]
+    assert any(moved)  # two real updates, not a comparison of untouched weights
+    rows, ref = read_metrics(str(two)), read_metrics(str(one))
+    assert [r["step"] for r in rows] == [1, 2]
+    drop = ("time/", "perf/")
+    for r, s in zip(rows, ref):
+        assert {k: v for k, v in r.items() if not k.startswith(drop)} == {
+            k: v for k, v in s.items() if not k.startswith(drop)
+        }
