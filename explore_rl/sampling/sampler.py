@@ -382,14 +382,6 @@ def sample(
             None if prefill_rows is None else np.asarray(prefill_rows),
             None if steer is None else np.asarray(steer),
         )
-    return _sample(
-        params, cfg, prompts, prompt_mask, rng, temperature, config, interventions, prefill_rows
-    )
-
-
-def _sample(
-    params, cfg, prompts, prompt_mask, rng, temperature, config, interventions, prefill_rows
-) -> Rollout:
     state, uniforms = start(
         params, cfg, prompts, prompt_mask, rng, temperature, config, interventions, prefill_rows
     )
