@@ -1,6 +1,8 @@
 """Orbax checkpoints of the train state: save every N steps and at the end, keep the last
 k, and restore the newest complete one (Orbax writes to a temporary name and renames, so
-a run killed mid-save leaves the previous checkpoint as the newest).
+a run killed mid-save leaves the previous checkpoint as the newest). A write that fails
+(disk full, quota) is reported as `SaveFailed`, naming the step lost and the newest
+complete one, which the failed write never touched.
 
 A step holds two items: `state`, every array of the run's progress, and `host`, the
 JSON data of each `HostState` in it (explorers' per-problem memories, queues), so both
@@ -8,7 +10,9 @@ are written and made visible together."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 
 import jax
 import orbax.checkpoint as ocp
@@ -16,8 +20,13 @@ import orbax.checkpoint as ocp
 from explore_rl.hoststate import host_states
 
 
+class SaveFailed(OSError):
+    """A checkpoint could not be written; the previous complete one is intact."""
+
+
 class Checkpointer:
     def __init__(self, workdir: str, keep: int = 3):
+        self._pending: int | None = None  # the step whose background write may still fail
         self.manager = ocp.CheckpointManager(
             os.path.abspath(os.path.join(workdir, "checkpoints")),
             options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True),
@@ -33,7 +42,10 @@ class Checkpointer:
     def save(self, step: int, state, force: bool = False):
         host = {path: h.data for path, h in host_states(state).items()}
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), host=ocp.args.JsonSave(host))
-        self.manager.save(step, args=args, force=force)
+        self._wait()  # the previous write has had a step to finish: a failure is its own
+        with self._reporting(step):
+            self.manager.save(step, args=args, force=force)
+        self._pending = step
 
     def restore(self, step: int, like):
         """Restore into the structure, shapes, dtypes and shardings of `like`; each
@@ -51,8 +63,48 @@ class Checkpointer:
         return restored
 
     def close(self):
-        self.manager.wait_until_finished()
-        self.manager.close()
+        try:
+            self._wait()
+        finally:
+            self.manager.close()
+
+    def _wait(self):
+        with self._reporting(self._pending):
+            self.manager.wait_until_finished()
+        self._pending = None
+
+    @contextlib.contextmanager
+    def _reporting(self, step: int | None):
+        """Orbax raises the storage layer's error, whatever its type, when a write fails (for
+        a background write: at the next wait); it becomes one `SaveFailed` that says what
+        was lost and what survives."""
+        try:
+            yield
+        except Exception as error:
+            if step is None or not _is_write_error(error):
+                raise
+            with contextlib.suppress(Exception):  # its threads would fail again at exit
+                self.manager.close()
+            folder = str(self.manager.directory)  # a step is complete once renamed to its number
+            kept = sorted(int(n) for n in os.listdir(folder) if n.isdigit())
+            survivor = f"step {kept[-1]}, is intact" if kept else "none: there is none yet"
+            raise SaveFailed(
+                f"checkpoint {step} was not written to {folder} ({_reason(error)}); the newest "
+                f"complete checkpoint, {survivor}: free space and rerun the same command to "
+                "resume"
+            ) from error
+
+
+def _is_write_error(error: BaseException) -> bool:
+    return isinstance(error, OSError) or "os_error_code" in str(error)
+
+
+def _reason(error: BaseException) -> str:
+    """The operating system's words for a failed write ("No space left on device")."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    found = re.search(r":\s*([^:\[]+?)\s*\[os_error_code='?(\d+)", str(error))
+    return found.group(1) if found else str(error).splitlines()[0][:200]
 
 
 def locate(path: str, step: int = 0, step_key: str = "eval.step") -> tuple[str, int]:

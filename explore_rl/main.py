@@ -133,7 +133,7 @@ def main(argv):
             _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, _DISTRIBUTED.value
         )
         _run(_MODE.value, _CONFIG.value, _WORKDIR.value)
-    except (ValueError, FileNotFoundError) as e:  # bad input: one line that names it
+    except (ValueError, OSError) as e:  # bad input, a full disk: one line that names it
         if _TRACEBACK.value or not _raised_here(e):
             raise
         print(f"error: {e}  (--traceback for the trace)", file=sys.stderr)

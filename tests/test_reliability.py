@@ -36,13 +36,23 @@ ARGS = [
 
 # Runs the CLI, first arranging to SIGKILL itself at one precise point: just after the
 # checkpoint of step N is started (Orbax writes it in a background thread, so the kill
-# lands inside the write), or in the middle of writing step N's metrics line.
+# lands inside the write), or in the middle of writing step N's metrics line; or to find
+# the disk full from the checkpoint of step N on (a 1 MiB cap on the size of any file
+# written: the write fails with the OS's error, as on a full disk).
 DRIVER = textwrap.dedent(
     """
-    import os, signal, sys
+    import os, resource, signal, sys
     from absl import app
     from explore_rl import checkpoint, config, logs, main
     where, at = sys.argv[1], int(sys.argv[2])
+    if where == "full":
+        save = checkpoint.Checkpointer.save
+        def full_save(self, step, state, force=False):
+            if step == at:
+                signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+            save(self, step, state, force)
+        checkpoint.Checkpointer.save = full_save
     if where == "checkpoint":
         save = checkpoint.Checkpointer.save
         def dying_save(self, step, state, force=False):
@@ -126,23 +136,65 @@ def test_kills_at_any_moment_resume_to_the_uninterrupted_run(tmp_path):
     assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in leaves)
 
 
-def test_sigterm_checkpoints_the_step_and_says_how_to_resume(tmp_path):
-    run = [*ARGS, "--config.train.checkpoint_every=1000", "--workdir", str(tmp_path)]
-    p = _cli(*run, "--config.train.steps=1000")
-    metrics = tmp_path / "metrics.jsonl"
+def group_terminating_parity(response, problem):
+    """Parity of length, as a reward (`reward.fn`); the first item scored after the test
+    creates the flag file sends SIGTERM to the run's whole process group, as a terminal or
+    SLURM signals every process of a run: it lands on the verifier workers mid-scoring."""
+    try:
+        os.remove(os.environ["TEST_SIGTERM_FLAG"])
+    except FileNotFoundError:
+        pass
+    else:
+        os.killpg(os.getpgrp(), signal.SIGTERM)
+    return float(len(response) % 2)
+
+
+def test_sigterm_to_every_process_checkpoints_the_step_and_says_how_to_resume(tmp_path):
+    flag = tmp_path / "sigterm"
+    run = [*ARGS, "--config.train.checkpoint_every=1000", "--workdir", str(tmp_path / "run")]
+    run += ["--config.reward.fn=test_reliability:group_terminating_parity"]
+    env = dict(_env(), TEST_SIGTERM_FLAG=str(flag))
+    p = subprocess.Popen(  # its own process group: the signal reaches the run alone
+        [sys.executable, "-m", "explore_rl.main", *run, "--config.train.steps=1000"],
+        env=env, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    metrics = tmp_path / "run" / "metrics.jsonl"
     deadline = time.monotonic() + 300
     while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
         assert p.poll() is None and time.monotonic() < deadline, p.stderr.read()[-3000:]
         time.sleep(0.2)
-    p.send_signal(signal.SIGTERM)
+    flag.touch()
     assert p.wait(timeout=300) != 0
     err = p.stderr.read()
-    step = len(read_metrics(str(tmp_path)))
+    rows = read_metrics(str(tmp_path / "run"))
+    step = len(rows)
     assert f"stopped by SIGTERM after step {step}, checkpoint saved: rerun the same" in err
-    assert checkpoint_lib.Checkpointer(str(tmp_path)).latest_step() == step
-    again = _cli(*run, f"--config.train.steps={step + 1}")
+    assert not flag.exists()  # the signal was sent during a step's scoring
+    # the workers finished that step's items: none lost to a killed worker
+    assert [r["rollout/verifier_timeouts"] for r in rows] == [0] * step
+    assert checkpoint_lib.Checkpointer(str(tmp_path / "run")).latest_step() == step
+    again = subprocess.Popen(
+        [sys.executable, "-m", "explore_rl.main", *run, f"--config.train.steps={step + 1}"],
+        env=env, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
     assert again.wait(timeout=600) == 0, again.stderr.read()[-3000:]
-    assert [r["step"] for r in read_metrics(str(tmp_path))] == list(range(1, step + 2))
+    assert [r["step"] for r in read_metrics(str(tmp_path / "run"))] == list(range(1, step + 2))
+
+
+def test_a_full_disk_keeps_the_previous_checkpoint_and_says_so(tmp_path):
+    run = [*ARGS, "--workdir", str(tmp_path), "--config.train.steps=2"]
+    p = _cli(*run, driver=["full", "2"])
+    _, err = p.communicate(timeout=600)  # Orbax's threads log their failure at length
+    assert p.returncode == 2, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: checkpoint 2 was not written to"), last
+    assert "(File too large); the newest complete checkpoint, step 1, is intact" in last
+    assert checkpoint_lib.Checkpointer(str(tmp_path)).latest_step() == 1
+    kept = _snapshot(tmp_path / "checkpoints" / "1")
+    again = _cli(*run)
+    assert again.wait(timeout=600) == 0, again.stderr.read()[-3000:]
+    assert [r["step"] for r in read_metrics(str(tmp_path))] == [1, 2]
+    assert _snapshot(tmp_path / "checkpoints" / "1") == kept  # the resume read it, intact
 
 
 def nan_reward(response, problem):

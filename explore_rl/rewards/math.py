@@ -142,9 +142,11 @@ def _on_alarm(signum, frame):
 def _init_worker(ready, memory_bytes: int):
     """Runs in each worker (also one the pool starts to replace a dead worker) before it
     takes any item: the imports and sympy's first-call caches are paid here, not on an
-    item's clock. Ctrl-C is the trainer's to handle (it finishes the step, which needs
-    the workers), and an item that allocates without bound meets the memory limit."""
+    item's clock. Ctrl-C and SIGTERM are the trainer's to handle (it finishes the step,
+    which needs the workers, even when a terminal or SLURM signals every process of the
+    run), and an item that allocates without bound meets the memory limit."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     signal.signal(signal.SIGALRM, _on_alarm)
     equivalent("1/2", "0.5")  # goes through math-verify's parse and verify
@@ -164,6 +166,18 @@ def _score_one(fn, args, timeout: float) -> tuple[float, bool, bool]:
         return 0.0, False, True
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+class _Worker(multiprocessing.context.SpawnProcess):
+    """A worker ignores SIGTERM, so the pool ends it (at close, or stuck in an item) with
+    SIGKILL."""
+
+    def terminate(self):
+        self.kill()
+
+
+class _Spawn(multiprocessing.context.SpawnContext):
+    Process = _Worker
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,7 +211,7 @@ class Verifier:
 
     def _start(self):
         """Spawn a fresh pool; its workers warm up in the background (see `_wait_warm`)."""
-        ctx = multiprocessing.get_context("spawn")
+        ctx = _Spawn()
         self._ready, self._started = ctx.Queue(), time.monotonic()
         self._warm = False
         self._pool = ctx.Pool(
