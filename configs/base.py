@@ -128,6 +128,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.mesh = ConfigDict()
     c.mesh.data = 1  # data-parallel axis size
     c.mesh.fsdp = -1  # parameter-sharding axis size; -1 = the remaining devices
+    c.mesh.tensor = 1  # tensor-parallel axis size (vocab, attention heads, MLP hidden dim)
 
     c.train = ConfigDict()
     c.train.steps = 100  # rollout + update steps
@@ -136,6 +137,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.train.checkpoint_every = 50  # steps between checkpoints (and one at the end)
     c.train.keep_checkpoints = 3  # newest checkpoints kept
     c.train.max_skipped_updates = 20  # stop after this many consecutive non-finite updates
+    c.train.check_memory = True  # refuse a run whose estimated peak exceeds a device's memory
     c.train.allow_config_change = False  # resume a work directory whose run had another config
     c.train.eval_every = 0  # steps between held-out evaluations; 0 = none during training
 

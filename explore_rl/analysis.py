@@ -50,10 +50,10 @@ PANELS = {
     "extra": ("extra/queue", "extra/novelty_mean", "extra/guided_solve_rate", "extra/hard"),
 }
 # fields that do not make two training configurations differ: the seed, evaluation
-# settings, logging and checkpoint cadence, worker counts, the mesh
+# settings, logging and checkpoint cadence, worker counts, the mesh, the memory estimate
 IGNORED = re.compile(
-    r"^(seed|eval\.|train\.(log_every|checkpoint_every|keep_checkpoints|samples_to_log)"
-    r"|reward\.(workers|timeout)|mesh\.)"
+    r"^(seed|eval\.|train\.(log_every|checkpoint_every|keep_checkpoints|samples_to_log"
+    r"|check_memory)|reward\.(workers|timeout)|mesh\.|memory\.)"
 )
 
 

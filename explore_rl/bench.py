@@ -4,6 +4,7 @@
     python -m explore_rl.bench sample [--no-peer]
     python -m explore_rl.bench step
     python -m explore_rl.bench startup
+    python -m explore_rl.bench memory [--config configs/grpo.py:demo] [--steps 2]
 
 `forward`, `sample` and `step` take `--model` (a folder, .gguf or "embedded") and
 `--random-init PRESET` (random weights of a preset's shape, `--model`'s tokenizer: e.g.
@@ -42,6 +43,12 @@ row's stop), slot occupancy, prefill / decode seconds, refills, the KV cache's b
 process's peak RSS, and the share of rows whose tokens equal the first run's; the second
 of two identical calls is timed (the first compiles).
 
+`memory`: the memory per device a config's run estimates at start (`rl/footprint.py`)
+against what its steps (`--steps`, at least 2) measure: the device's peak memory in use,
+or on a CPU the process's peak RSS during the last step (the first compiles: the compiler's
+heap is host memory, not the run's) less its RSS before the run (`--random-init PRESET`
+keeps a model file from being mapped into memory).
+
 `startup`: seconds from command to first rollout (`--mode sample`, 2 prompts x 2 samples x
 8 tokens of the embedded model) in fresh processes sharing a new, empty cache folder: the
 first converts the GGUF and compiles, the second reads both from the cache (`caching`).
@@ -50,6 +57,7 @@ first converts the GGUF and compiles, the second reads both from the cache (`cac
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -66,7 +74,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from explore_rl import memory
+from explore_rl import memory, parallel
 from explore_rl.models import transformer, weights
 from explore_rl.sampling import sampler
 
@@ -474,6 +482,72 @@ def bench_engine(args) -> dict:
     }
 
 
+def _rss_bytes(field: str = "VmRSS") -> int:
+    """This process's resident memory now (VmRSS) or its peak since the last
+    `_reset_peak_rss` (VmHWM), on Linux; 0 where /proc is absent."""
+    try:
+        with open("/proc/self/status") as f:
+            line = next(x for x in f if x.startswith(field + ":"))
+        return int(line.split()[1]) * 1024
+    except (OSError, StopIteration):
+        return 0
+
+
+def _reset_peak_rss() -> None:
+    """Start VmHWM afresh from the current RSS (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def bench_memory(args) -> dict:
+    """The start-up memory estimate against the measured peak of a config's first steps."""
+    from explore_rl import config as config_lib
+    from explore_rl.rl import trainer
+
+    c = config_lib.load(args.config)
+    c.model.random_init = args.random_init or c.model.random_init
+    c.train.eval_every = 0
+    for item in args.set:  # KEY=VALUE, the value in the field's own type
+        key, value = item.split("=", 1)
+        *path, name = key.split(".")
+        section = functools.reduce(getattr, path, c)
+        old = getattr(section, name)
+        setattr(section, name, value if isinstance(old, str) else type(old)(json.loads(value)))
+    stats = jax.local_devices()[0].memory_stats() or {}
+    before = 0 if "peak_bytes_in_use" in stats else _rss_bytes()
+    with (
+        tempfile.TemporaryDirectory() as workdir,
+        config_lib.verifier(c) as verifier,
+        parallel.use(config_lib.mesh(c)),
+    ):
+        run, progress, _ = trainer.start(c, workdir, verifier)
+        for step in range(args.steps):
+            if step == args.steps - 1 and before:  # the compiler's heap is not the run's
+                memory.trim()
+                _reset_peak_rss()
+            progress, _, _ = trainer.train_one_step(run, progress, step)
+        jax.block_until_ready(progress)
+    estimate = run.memory_estimate
+    measured = _rss_bytes("VmHWM") - before if before else _peak_memory_gib() * 2**30
+    return {
+        "bench": "memory",
+        "config": args.config,
+        "random_init": c.model.random_init,
+        "set": args.set,
+        "steps": args.steps,
+        "terms_gib": estimate.record()["terms_gib"],
+        "estimate_gib": round(estimate.peak / 2**30, 3),
+        "measured_gib": round(measured / 2**30, 3),
+        "measured": "peak RSS of the last step - RSS before the run"
+        if before
+        else "peak device memory",
+        "estimate_over_measured": round(estimate.peak / measured, 3),
+    }
+
+
 def bench_startup(args) -> dict:
     command = [
         sys.executable, "-m", "explore_rl.main", "--mode", "sample", "--config", args.config,
@@ -531,6 +605,11 @@ def main(argv=None):
     eng.add_argument("--new-tokens", type=int, default=256)
     eng.add_argument("--questions", default="gsm8k", choices=("gsm8k", "arithmetic"))
     eng.add_argument("--only", type=int, default=None, help=argparse.SUPPRESS)
+    mem = sub.add_parser("memory", help="the start-up memory estimate vs the measured peak")
+    mem.add_argument("--config", default="configs/grpo.py:demo")
+    mem.add_argument("--random-init", default="", help="a preset: random weights of its shape")
+    mem.add_argument("--steps", type=int, default=2)
+    mem.add_argument("--set", action="append", default=[], help="KEY=VALUE: a config field")
     up = sub.add_parser("startup", help="command to first rollout, cold and warm cache")
     up.add_argument("--config", default="configs/base.py")
     args = parser.parse_args(argv)
@@ -545,6 +624,7 @@ def main(argv=None):
         "startup": bench_startup,
         "scale": bench_scale,
         "engine": bench_engine,
+        "memory": bench_memory,
     }
     result = benches[args.bench](args)
     result["machine"] = (

@@ -15,7 +15,7 @@ import os
 from ml_collections import ConfigDict
 
 import configs
-from explore_rl import logs
+from explore_rl import logs, parallel
 from explore_rl.data import tasks
 from explore_rl.exploration import base as exploration
 from explore_rl.models import weights
@@ -289,6 +289,17 @@ def eval_settings(c: ConfigDict, tok) -> RolloutSettings:
         sampling=sampling_config(c, tok.stop_ids, "eval"),
         format_weight=0.0,
     )
+
+
+def mesh(c: ConfigDict):
+    """The run's device mesh (`mesh.data` x `mesh.fsdp` x `mesh.tensor`)."""
+    return parallel.make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor)
+
+
+def model_spec(c: ConfigDict):
+    """(ModelConfig, Tokenizer) of the run's model, no weights read."""
+    dtypes = dict(param_dtype=c.model.param_dtype, dtype=c.model.dtype)
+    return weights.model_spec(c.model.path, c.model.random_init, **dtypes)
 
 
 def load_policy(c: ConfigDict, place=None):

@@ -83,7 +83,7 @@ def run_export(c, workdir: str | None) -> str:
         raise ValueError(f"--workdir {workdir}: not empty (export writes a fresh folder)")
     source = weights.model_folder(c.model.path)
     dtype = c.export.dtype or source_dtype(source)
-    mesh = parallel.make_mesh(c.mesh.data, c.mesh.fsdp)
+    mesh = config_lib.mesh(c)
     params, cfg, step = trained_params(c, mesh)
     weights.save_hf(workdir, params, cfg, dtype, int(c.export.max_shard_gb * 2**30))
     for name in TOKENIZER_FILES:

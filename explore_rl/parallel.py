@@ -1,21 +1,31 @@
 """Device mesh and sharding rules: the one place that decides where arrays live.
 
-A 2-D mesh ('data', 'fsdp'): parameters and optimizer state are sharded over 'fsdp'
-(each along its largest dimension that divides evenly, replicated otherwise; `RULES` can
-pin a parameter name to a dimension), batches over both axes together. On one device
-every sharding degenerates to replicated with no change to the calling code.
+A 3-D mesh ('data', 'fsdp', 'tensor'). Every array dimension has a logical name, and one
+table maps logical names to mesh axes (`RULES`): rows of a batch over data x fsdp, the
+model dimension of every weight over fsdp (ZeRO-3-style: gathered for use, its gradient
+and optimizer moments stay sharded), and over tensor the vocabulary, the attention heads
+and the MLP's hidden dimension (Megatron-style). `PARAMS` names each parameter's
+dimensions; norms and anything else small are replicated. A dimension that the axis size
+does not divide is replicated over that axis. On one device every sharding degenerates to
+replicated with no change to the calling code.
+
+Inside jitted code, `constrain(x, "batch", None, "heads", None)` pins an activation to
+the rules on the mesh of `use(mesh)` (a no-op without one, or on one device).
 
 Several processes (hosts) form one run through JAX's multi-controller runtime:
 `initialize` joins them (`jax.distributed`), after which `jax.devices()` and the mesh span
 every process's devices and each process runs the same program on its own devices.
 
     initialize("10.0.0.1:1234", num_processes=2, process_id=0)  # before any device use
-    mesh = make_mesh(data=2, fsdp=2)
-    params = jax.device_put(params, param_shardings(params, mesh))
+    mesh = make_mesh(data=2, fsdp=2, tensor=2)
+    params = place(params, mesh)
+    with use(mesh):
+        ...  # jitted calls: activations constrained, outputs on the rules
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 
@@ -23,11 +33,34 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
 
-# Parameter name -> the dimension to shard over 'fsdp' (others: the largest that divides).
-# Embeddings shard over the vocabulary, projections over their model-dimension input.
-RULES = {"embed": 0, "lm_head": 1, "q": 0, "k": 0, "v": 0, "o": 2, "gate": 0, "up": 0, "down": 1}
+# Logical dimension -> mesh axes (anything not named here is replicated).
+RULES = {
+    "batch": BATCH_AXES,
+    "embed": "fsdp",
+    "vocab": "tensor",
+    "heads": "tensor",
+    "kv_heads": "tensor",
+    "mlp": "tensor",
+}
+
+# Parameter name -> the logical name of each of its dimensions (transformer.init_params).
+PARAMS = {
+    "embed": ("vocab", "embed"),
+    "lm_head": ("embed", "vocab"),
+    "q": ("embed", "heads", "head_dim"),
+    "k": ("embed", "kv_heads", "head_dim"),
+    "v": ("embed", "kv_heads", "head_dim"),
+    "o": ("heads", "head_dim", "embed"),
+    "q_bias": ("heads", "head_dim"),
+    "k_bias": ("kv_heads", "head_dim"),
+    "v_bias": ("kv_heads", "head_dim"),
+    "gate": ("embed", "mlp"),
+    "up": ("embed", "mlp"),
+    "down": ("mlp", "embed"),
+}
 
 
 def _launched_as_several() -> bool:
@@ -60,42 +93,126 @@ def is_main_process() -> bool:
     return jax.process_index() == 0
 
 
-def make_mesh(data: int = 1, fsdp: int = -1, devices=None) -> Mesh:
-    """A ('data', 'fsdp') mesh; -1 for fsdp takes the devices data leaves."""
+def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1, devices=None) -> Mesh:
+    """A ('data', 'fsdp', 'tensor') mesh; -1 for fsdp takes the devices the others leave."""
     devices = np.asarray(devices if devices is not None else jax.devices())
-    if data < 1 or (fsdp == -1 and devices.size % data):
+    if data < 1 or devices.size % data:
         raise ValueError(f"mesh.data={data}: must divide the {devices.size} devices present")
-    if fsdp == -1:
-        fsdp = devices.size // data
-    if data * fsdp != devices.size:
+    if tensor < 1 or devices.size % (data * tensor):
         raise ValueError(
-            f"mesh data={data} x fsdp={fsdp} needs {data * fsdp} devices, "
-            f"{devices.size} are present"
+            f"mesh.tensor={tensor}: mesh.data x mesh.tensor must divide the {devices.size} "
+            "devices present"
         )
-    return Mesh(devices.reshape(data, fsdp), BATCH_AXES)
+    if fsdp == -1:
+        fsdp = devices.size // (data * tensor)
+    if data * fsdp * tensor != devices.size:
+        raise ValueError(
+            f"mesh data={data} x fsdp={fsdp} x tensor={tensor} needs {data * fsdp * tensor} "
+            f"devices, {devices.size} are present"
+        )
+    return Mesh(devices.reshape(data, fsdp, tensor), AXES)
 
 
-def _spec(name: str, shape: tuple[int, ...], fsdp: int) -> PartitionSpec:
-    if fsdp == 1 or not shape:
-        return PartitionSpec()
-    dims = [RULES[name]] if name in RULES else sorted(range(len(shape)), key=lambda d: -shape[d])
-    for d in dims:
-        if d < len(shape) and shape[d] % fsdp == 0:
-            spec = [None] * len(shape)
-            spec[d] = "fsdp"
-            return PartitionSpec(*spec)
+def use(mesh: Mesh):
+    """The context in which jitted code sees `mesh` (for `constrain`); nothing on one
+    device, so a one-device program is the same with or without a mesh."""
+    return jax.set_mesh(mesh) if mesh.size > 1 else contextlib.nullcontext()
+
+
+def logical_spec(names, shape, axis_sizes) -> PartitionSpec:
+    """The `RULES` spec for dimensions named `names` (None: replicated), dropping a mesh
+    axis that does not divide its dimension or that an earlier dimension already uses."""
+    spec, used = [], set()
+    for name, size in zip(names, shape, strict=True):
+        axes = RULES.get(name, ())
+        axes = tuple(a for a in ((axes,) if isinstance(axes, str) else axes) if a not in used)
+        axes = tuple(a for a in axes if axis_sizes.get(a, 1) > 1)
+        if axes and size % math.prod(axis_sizes[a] for a in axes):
+            axes = ()
+        used.update(axes)
+        spec.append(axes[0] if len(axes) == 1 else (axes or None))
+    return PartitionSpec(*spec)
+
+
+def _axis_sizes() -> dict | None:
+    """The axis sizes of `use(mesh)`'s mesh while tracing, None without one of several
+    devices (then constraints are left out, and a program is the one-device program)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return None if mesh.empty or mesh.size == 1 else dict(mesh.shape)
+
+
+def constrain(x, *names):
+    """`x` on the rules for its dimensions' logical names, inside jitted code under
+    `use(mesh)`; unchanged without a mesh of several devices."""
+    sizes = _axis_sizes()
+    if sizes is None:
+        return x
+    return jax.lax.with_sharding_constraint(x, logical_spec(names, x.shape, sizes))
+
+
+def replicated(tree):
+    """Every array of `tree` whole on every device, inside jitted code under `use(mesh)`:
+    what a program returns for the host to read (a rollout's rows, decoded on their
+    devices, gathered for scoring; in a run of several processes a host can read only
+    what its own devices hold)."""
+    if _axis_sizes() is None:
+        return tree
+    return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, PartitionSpec()), tree)
+
+
+def _fallback(shape: tuple[int, ...], fsdp: int) -> PartitionSpec:
+    """An array the table does not name (an explorer's bank, a moment of one): over fsdp
+    along its largest dimension that divides, replicated if none does."""
+    for d in sorted(range(len(shape)), key=lambda d: -shape[d]):
+        if fsdp > 1 and shape[d] % fsdp == 0:
+            return PartitionSpec(*[("fsdp" if i == d else None) for i in range(len(shape))])
     return PartitionSpec()
+
+
+def spec(name: str, shape: tuple[int, ...], axis_sizes) -> PartitionSpec:
+    """The spec of a parameter (or its optimizer moment) by its name and shape."""
+    if not shape or "norm" in name:
+        return PartitionSpec()
+    if name in PARAMS and len(PARAMS[name]) == len(shape):
+        return logical_spec(PARAMS[name], shape, axis_sizes)
+    return _fallback(shape, axis_sizes.get("fsdp", 1))
+
+
+def _leaf_name(path) -> str:
+    """A leaf's parameter name: its innermost dict key ("q" of layers/3/q, or of a moment)."""
+    return str(next((p.key for p in reversed(path) if hasattr(p, "key")), ""))
 
 
 def param_shardings(tree, mesh: Mesh):
     """NamedShardings for a params (or optimizer-state) pytree, by leaf name and shape."""
-    fsdp = mesh.shape["fsdp"]
+    sizes = dict(mesh.shape)
 
     def leaf(path, x):
-        name = next((p.key for p in reversed(path) if hasattr(p, "key")), "")
-        return NamedSharding(mesh, _spec(str(name), tuple(np.shape(x)), fsdp))
+        return NamedSharding(mesh, spec(_leaf_name(path), tuple(np.shape(x)), sizes))
 
     return jax.tree_util.tree_map_with_path(leaf, tree)
+
+
+def constrain_params(tree):
+    """A params (or optimizer-state) pytree pinned to `param_shardings` inside jitted
+    code under `use(mesh)`: how an update declares where its new state lives."""
+    sizes = _axis_sizes()
+    if sizes is None:
+        return tree
+
+    def leaf(path, x):
+        return jax.lax.with_sharding_constraint(x, spec(_leaf_name(path), x.shape, sizes))
+
+    return jax.tree_util.tree_map_with_path(leaf, tree)
+
+
+def create(fn, mesh: Mesh, tree, *static):
+    """`fn(tree, *static)` (the train state's init) computed straight into its
+    `param_shardings`: nothing (the optimizer's moments) is made whole on one device and
+    moved afterwards. `tree` is donated: its buffers become the output's."""
+    init = lambda t: fn(t, *static)  # noqa: E731
+    out = param_shardings(jax.eval_shape(init, tree), mesh)
+    return jax.jit(init, donate_argnums=0, out_shardings=out)(tree)
 
 
 def place(tree, mesh: Mesh):
@@ -113,26 +230,21 @@ def place(tree, mesh: Mesh):
 def placer(mesh: Mesh):
     """A `place(path, array)` for the weight loaders: each tensor goes straight to its
     shards as it is read, so no host ever holds the whole model twice."""
-    fsdp = mesh.shape["fsdp"]
+    sizes = dict(mesh.shape)
 
-    def place(path: tuple, w: np.ndarray) -> jax.Array:
-        return jax.device_put(w, NamedSharding(mesh, _spec(str(path[-1]), w.shape, fsdp)))
+    def put(path: tuple, w: np.ndarray) -> jax.Array:
+        return jax.device_put(w, NamedSharding(mesh, spec(str(path[-1]), w.shape, sizes)))
 
-    return place
-
-
-def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
-    """Leading (row) axis over data x fsdp, the rest replicated."""
-    return NamedSharding(mesh, PartitionSpec(BATCH_AXES, *([None] * (ndim - 1))))
+    return put
 
 
 def shard_batch(tree, mesh: Mesh):
-    """Place every array of a batch pytree row-sharded (rows must divide the mesh size)."""
-    size = math.prod(mesh.shape.values())
+    """Place every array of a batch pytree with its rows over data x fsdp (replicated over
+    tensor); an array whose rows the batch axes do not divide is replicated."""
+    sizes = dict(mesh.shape)
 
     def put(x):
-        if np.ndim(x) == 0 or np.shape(x)[0] % size:
-            return jax.device_put(x, NamedSharding(mesh, PartitionSpec()))
-        return jax.device_put(x, batch_sharding(mesh, np.ndim(x)))
+        names = ("batch", *[None] * (np.ndim(x) - 1)) if np.ndim(x) else ()
+        return jax.device_put(x, NamedSharding(mesh, logical_spec(names, np.shape(x), sizes)))
 
     return jax.tree.map(put, tree)

@@ -251,8 +251,8 @@ def test_over_long_prompts_are_found_when_the_data_is_loaded(caplog):
     problems = [tasks.Problem(q, "1") for q in ("1+0?", "word " * 40 + "?", "2+0?")]
     width = max(len(tok.encode(fmt.text(tok, p.question))) for p in problems[::2])
     with caplog.at_level("WARNING"):
-        kept = fit_prompts(tok, problems, fmt, width, "skip", "train")
-    assert kept == problems[::2]
+        kept, longest = fit_prompts(tok, problems, fmt, width, "skip", "train")
+    assert kept == problems[::2] and longest == width
     assert "train: 1 of 3 prompts are longer than rollout.max_prompt_len" in caplog.text
     with pytest.raises(ValueError, match=r"train problem 1 \(of its usable rows\) has a \d+-token"):
         fit_prompts(tok, problems, fmt, width, "error", "train")

@@ -81,6 +81,7 @@ def smoke(words: list[str], hf_folder: str) -> list[str]:
             "forward": ["--random-init", "tiny-llama", "--batch", "2", "--length", "16"],
             "sample": ["--random-init", "tiny-llama", "--reps", "1", "--no-peer"],
             "startup": ["--config", "configs/grpo.py:smoke"],
+            "memory": ["--config", "configs/grpo.py:smoke"],
             "engine": [
                 "--random-init",
                 "tiny-llama",

@@ -234,17 +234,19 @@ def _bad_files(tmp):
     """Files for the data, weights and tokenizer cases."""
     (tmp / "malformed.jsonl").write_text('{"question": "1+1"\n{"question"\n')
     (tmp / "fields.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
-    shapes = tmp / "shapes"
-    make_hf_checkpoint(shapes, "llama")
-    hf = json.loads((shapes / "config.json").read_text())
-    (shapes / "config.json").write_text(json.dumps({**hf, "intermediate_size": 128}))
-    vocab = tmp / "vocab"  # a 64-token model with the embedded 49152-token tokenizer
-    make_hf_checkpoint(vocab, "llama")
     from explore_rl.models import weights
 
     embedded = weights.model_folder("embedded")
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(embedded, name), vocab / name)
+    shapes = tmp / "shapes"  # config.json says a wider MLP (and the tokenizer's vocabulary)
+    make_hf_checkpoint(shapes, "llama")
+    hf = json.loads((shapes / "config.json").read_text())
+    wider = {**hf, "intermediate_size": 128, "vocab_size": 49152}
+    (shapes / "config.json").write_text(json.dumps(wider))
+    vocab = tmp / "vocab"  # a 64-token model with the embedded 49152-token tokenizer
+    make_hf_checkpoint(vocab, "llama")
+    for folder in (shapes, vocab):
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(embedded, name), folder / name)
 
 
 # (what is wrong, config change as "key=value" pairs, the error's words)
@@ -257,6 +259,7 @@ BAD_CONFIGS = [
     ("decode slots", {"rollout.slots": -2}, r"rollout.slots / rollout.decode_chunk: slots=-2"),
     ("decode chunk", {"rollout.decode_chunk": 0}, r"rollout.decode_chunk: .*chunk=0 >= 1"),
     ("mesh", {"mesh.data": 3}, "mesh.data=3: must divide the"),
+    ("tensor axis", {"mesh.tensor": 2}, "mesh.tensor=2: mesh.data x mesh.tensor must divide"),
     ("eval samples", {"eval.samples": 0}, "eval.samples=0"),
     ("aggregation", {"rl.aggregation": "mean"}, "aggregation='mean'"),
     ("gspo aggregation", {"rl.policy": "gspo"}, "policy='gspo' is a sequence-level"),

@@ -252,3 +252,15 @@ def test_a_wandb_offline_run_writes_its_files_and_resumes_the_same_run(tmp_path,
     trainer.train(c, str(tmp_path))
     assert (tmp_path / "wandb_id").read_text().strip() == run_id
     assert len(list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))) == 2
+
+
+def test_a_bfloat16_run_trains_and_logs(tmp_path):
+    """Weights and activations in bfloat16: the update's metrics (bfloat16 scalars on
+    the device) average into the log."""
+    c = grpo.get_config("smoke")
+    c.model.dtype = c.model.param_dtype = "bfloat16"
+    c.train.steps, c.train.eval_every = 1, 0
+    progress = trainer.train(c, str(tmp_path))
+    assert jax.tree.leaves(progress.state.params)[0].dtype == jax.numpy.bfloat16
+    (row,) = read_metrics(str(tmp_path))
+    assert np.isfinite(row["train/loss"]) and np.isfinite(row["train/grad_norm"])

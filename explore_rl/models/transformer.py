@@ -31,10 +31,15 @@ import jax.numpy as jnp
 from flax import struct
 from jaxtyping import Array, Bool, Float, Int
 
+from explore_rl import parallel
 from explore_rl.models.presets import ModelConfig
 
 # Finite, so a query with no valid key gives a finite (unused) output instead of NaN.
 _MASKED = -1e30
+
+# Logical names of activation dimensions (`parallel.RULES` maps them to mesh axes).
+_ACT = ("batch", None, None)  # [B, T, D]: rows sharded, the model dimension whole
+_Q, _KV = ("batch", "heads", None, None), ("batch", "kv_heads", None, None)  # [B, N|K, T, H]
 
 
 @struct.dataclass
@@ -89,7 +94,10 @@ def init_cache(
     if prefix is not None and batch % prefix.mask.shape[0]:
         raise ValueError(f"batch {batch} is not a multiple of the {prefix.mask.shape[0]} prefixes")
     shape = (batch, cfg.n_kv_heads, length, cfg.head_dim)
-    zeros = lambda s: [jnp.zeros(s, cfg.jnp_dtype) for _ in range(cfg.n_layers)]  # noqa: E731
+
+    def zeros(s):  # rows over the batch axes, kv heads over tensor (as the keys computed)
+        return [parallel.constrain(jnp.zeros(s, cfg.jnp_dtype), *_KV) for _ in range(cfg.n_layers)]
+
     extra_shape = (batch, cfg.n_kv_heads, n_extra, cfg.head_dim)
     return KVCache(
         k=zeros(shape),
@@ -193,7 +201,8 @@ def _project_qkv(lp: dict, cfg: ModelConfig, x: Float[Array, "B T D"], rope):
     if cfg.qk_norm:
         q = rms_norm(q, lp["q_norm"], cfg.norm_eps)
         k = rms_norm(k, lp["k_norm"], cfg.norm_eps)
-    return apply_rope(q, rope), apply_rope(k, rope), v
+    q, k = apply_rope(q, rope), apply_rope(k, rope)
+    return parallel.constrain(q, *_Q), parallel.constrain(k, *_KV), parallel.constrain(v, *_KV)
 
 
 class _Keys(NamedTuple):
@@ -269,7 +278,8 @@ def attention(
 def mlp(lp: dict, x: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
     gate = jnp.einsum("btd,df->btf", x, lp["gate"].astype(x.dtype))
     up = jnp.einsum("btd,df->btf", x, lp["up"].astype(x.dtype))
-    return jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, lp["down"].astype(x.dtype))
+    hidden = parallel.constrain(jax.nn.silu(gate) * up, "batch", None, "mlp")
+    return jnp.einsum("btf,fd->btd", hidden, lp["down"].astype(x.dtype))
 
 
 @struct.dataclass
@@ -338,7 +348,8 @@ def _block(lp, cfg, x, rope, attend):
     q, k, v = _project_qkv(lp, cfg, h, rope)
     attn, k, v = attend(q, k, v)
     x = x + jnp.einsum("bnth,nhd->btd", attn, lp["o"].astype(x.dtype))
-    return x + mlp(lp, rms_norm(x, lp["mlp_norm"], cfg.norm_eps)), k, v
+    x = x + mlp(lp, rms_norm(x, lp["mlp_norm"], cfg.norm_eps))
+    return parallel.constrain(x, *_ACT), k, v
 
 
 def _layer(lp, cfg, x, xe, ctx: _Context, kv, extra_kv, prefix_kv):
@@ -398,7 +409,10 @@ def hidden_states(
     iv = interventions
     mask = None if mask is None else mask.astype(bool)
     ctx = _context(cfg, mask, positions, cache, iv)
-    x = None if tokens is None else params["embed"][tokens].astype(cfg.jnp_dtype)
+    x = None
+    if tokens is not None:  # the table gathered over fsdp for the lookup, as any weight
+        x = parallel.constrain(params["embed"], "vocab", None)[tokens].astype(cfg.jnp_dtype)
+        x = parallel.constrain(x, *_ACT)
     xe = None if ctx.extra_rope is None else iv.extra_embeds.astype(cfg.jnp_dtype)
     if xe is not None and cache is not None and cache.extra_k is None:
         raise ValueError("appended embeddings need a cache made with n_extra > 0")
@@ -433,12 +447,14 @@ def hidden_states(
 
 
 def lm_logits(params: dict, cfg: ModelConfig, hidden: Float[Array, "... D"]) -> Array:
-    """float32 logits of final hidden states (tied or untied head)."""
+    """float32 logits of final hidden states (tied or untied head), vocab over tensor."""
     if cfg.tie_embeddings:
         w = params["embed"].astype(hidden.dtype)
-        return jnp.einsum("...d,vd->...v", hidden, w, preferred_element_type=jnp.float32)
-    w = params["lm_head"].astype(hidden.dtype)
-    return jnp.einsum("...d,dv->...v", hidden, w, preferred_element_type=jnp.float32)
+        logits = jnp.einsum("...d,vd->...v", hidden, w, preferred_element_type=jnp.float32)
+    else:
+        w = params["lm_head"].astype(hidden.dtype)
+        logits = jnp.einsum("...d,dv->...v", hidden, w, preferred_element_type=jnp.float32)
+    return parallel.constrain(logits, "batch", *[None] * (logits.ndim - 2), "vocab")
 
 
 def forward(

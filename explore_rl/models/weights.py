@@ -432,23 +432,33 @@ def load_tokenizer(path: str) -> tokenizer_lib.Tokenizer:
     return tokenizer_lib.Tokenizer.from_hf_folder(model_folder(path))
 
 
-def load_model(path: str, place: Place | None = None, **cfg_overrides):
-    """(params, ModelConfig, Tokenizer) from a HF folder, a .gguf file or 'embedded'."""
+def model_spec(path: str, preset: str = "", **cfg_overrides):
+    """(ModelConfig, Tokenizer) of a model without reading its weights: the folder's (or
+    GGUF's) config, or with `preset` a preset's shape sized to the path's tokenizer."""
+    if preset:
+        tok = load_tokenizer(path)
+        return presets.get_preset(preset, vocab_size=tok.vocab_size, **cfg_overrides), tok
     folder = model_folder(path)
-    params, cfg = load_hf(folder, place, **cfg_overrides)
+    cfg = presets.from_hf_config(folder, **cfg_overrides)
     tok = tokenizer_lib.Tokenizer.from_hf_folder(folder)
     if tok.vocab_size > cfg.vocab_size:
         raise ValueError(
             f"{path}: tokenizer has {tok.vocab_size} tokens, the model only {cfg.vocab_size}"
         )
+    return cfg, tok
+
+
+def load_model(path: str, place: Place | None = None, **cfg_overrides):
+    """(params, ModelConfig, Tokenizer) from a HF folder, a .gguf file or 'embedded'."""
+    cfg, tok = model_spec(path, **cfg_overrides)
+    params, _ = load_hf(model_folder(path), place, **cfg_overrides)
     return params, cfg, tok
 
 
 def load_random(path: str, preset: str, seed: int = 0, place: Place | None = None, **cfg_overrides):
     """(params, ModelConfig, Tokenizer): random weights of a preset's shape with the
     tokenizer of `path` (a model's shape benchmarked or smoke-tested without its weights)."""
-    tok = load_tokenizer(path)
-    cfg = presets.get_preset(preset, vocab_size=tok.vocab_size, **cfg_overrides)
+    cfg, tok = model_spec(path, preset, **cfg_overrides)
     params = init_params(cfg, jax.random.key(seed))
     if place is not None:
         params = jax.tree_util.tree_map_with_path(

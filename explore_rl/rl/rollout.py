@@ -73,10 +73,11 @@ def encode(tok: Tokenizer, problems: list[Problem], fmt: PromptFormat, max_len: 
 
 def fit_prompts(
     tok: Tokenizer, problems: list[Problem], fmt: PromptFormat, max_len: int, policy: str, name: str
-) -> list[Problem]:
+) -> tuple[list[Problem], int]:
     """The problems whose prompt fits `max_len` tokens, checked once when the data is loaded
     rather than at the step that draws one: policy "skip" drops the others with a warning
-    that counts them, "error" names the first (as verl's filter_overlong_prompts)."""
+    that counts them, "error" names the first (as verl's filter_overlong_prompts). Also the
+    longest kept prompt, in tokens (what sizes a run's caches)."""
     lengths = [len(tok.encode(fmt.text(tok, p.question))) for p in problems]
     long = [i for i, n in enumerate(lengths) if n + len(problems[i].prefix) > max_len]
     if long and policy == "error":
@@ -97,7 +98,9 @@ def fit_prompts(
             name, len(long), len(problems), max_len,
         )  # fmt: skip
     drop = set(long)
-    return [p for i, p in enumerate(problems) if i not in drop]
+    kept = [i for i in range(len(problems)) if i not in drop]
+    longest = max((lengths[i] + len(problems[i].prefix) for i in kept), default=0)
+    return [problems[i] for i in kept], longest
 
 
 def prefill_layout(q: int, b: int, route) -> tuple[np.ndarray, np.ndarray | None]:

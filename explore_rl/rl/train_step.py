@@ -26,6 +26,7 @@ import optax
 from flax import struct
 from jaxtyping import Array, Bool, Float, Int
 
+from explore_rl import parallel
 from explore_rl.models import transformer
 from explore_rl.models.presets import ModelConfig
 from explore_rl.rl import losses
@@ -202,10 +203,11 @@ def _train_step(state, batch, clips, cfg, lc, oc, optimizer):
         return (
             total_loss + loss,
             jax.tree.map(add, total_metrics, metrics),
-            jax.tree.map(add, total_grads, grads),
+            parallel.constrain_params(jax.tree.map(add, total_grads, grads)),
         ), None
 
-    zeros = jax.tree.map(jnp.zeros_like, state.params)
+    # the gradient accumulator lives where the params do (sharded, not gathered)
+    zeros = parallel.constrain_params(jax.tree.map(jnp.zeros_like, state.params))
     shapes = jax.eval_shape(lambda: grad_fn(state.params, cfg, lc, group_slice(batch, m, 0), n))
     zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes[0][1])
     (loss, metrics, grads), _ = jax.lax.scan(accumulate, (0.0, zero_metrics, zeros), jnp.arange(m))
@@ -220,10 +222,10 @@ def _train_step(state, batch, clips, cfg, lc, oc, optimizer):
     # A cond, not a select: the skipped branch returns the old state untouched, and the
     # taken one updates the donated buffers in place (a select would hold both copies).
     params, opt_state = jax.lax.cond(finite, apply, lambda _: (state.params, state.opt_state), None)
-    state = state.replace(
+    state = state.replace(  # the out shardings: the new state where the old one was
         step=state.step + 1,
-        params=params,
-        opt_state=opt_state,
+        params=parallel.constrain_params(params),
+        opt_state=parallel.constrain_params(opt_state),
         skipped=state.skipped + (~finite).astype(jnp.int32),
     )
     metrics.update(

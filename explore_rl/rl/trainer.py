@@ -37,6 +37,7 @@ from explore_rl.hoststate import HostState
 from explore_rl.logs import RunLogger, flatten
 from explore_rl.rewards.math import Verifier, extract_answer
 from explore_rl.rl import advantages as advantages_lib
+from explore_rl.rl import footprint
 from explore_rl.rl import rollout as rollout_lib
 from explore_rl.rl.plan import RolloutPlan, base_plan
 from explore_rl.rl.train_step import (
@@ -48,6 +49,7 @@ from explore_rl.rl.train_step import (
     train_step,
 )
 from explore_rl.sampling import engine as engine_lib
+from explore_rl.sampling import sampler
 
 score_jit = jax.jit(score, static_argnums=1)
 
@@ -79,6 +81,8 @@ class Run:
     ref_params: dict | None = None  # frozen reference policy, when rl.kl_coef > 0
     workdir: str | None = None
     mesh: Mesh | None = None  # where the update's batch rows are sharded
+    longest_prompt: int = 0  # tokens of the longest training prompt
+    memory_estimate: footprint.Footprint | None = None  # per device, made at start
 
     @classmethod
     def create(cls, c, cfg, tok, verifier, workdir=None, ref_params=None, mesh=None) -> Run:
@@ -89,8 +93,8 @@ class Run:
             rollout_lib.fit_prompts, tok, fmt=settings.prompt, max_len=settings.max_prompt_len,
             policy=c.task.long_prompts,
         )  # fmt: skip
-        train_set = fit(train_set, name="train")
-        test_sets = {name: fit(problems, name=name) for name, problems in test_sets.items()}
+        train_set, longest = fit(train_set, name="train")
+        test_sets = {name: fit(problems, name=name)[0] for name, problems in test_sets.items()}
         key, eval_key = jax.random.split(jax.random.key(c.seed))
         return cls(
             config=c,
@@ -107,6 +111,7 @@ class Run:
             workdir=workdir,
             mesh=mesh,
             settings=settings,
+            longest_prompt=longest,
         )
 
     def context(self, params, step: int) -> exploration.StepContext:
@@ -251,7 +256,8 @@ def update(state, batch: Batch, cfg, c, optimizer):
             mb = group_slice(batch, c.rl.minibatches, i)
             state, m = train_step(state, mb, cfg, lc, oc, optimizer)
             metrics.append(m)
-    return state, {k: float(np.mean([m[k] for m in metrics])) for k in metrics[0]}
+    # float() first: numpy cannot average bfloat16 device scalars
+    return state, {k: float(np.mean([float(m[k]) for m in metrics])) for k in metrics[0]}
 
 
 def start(c, workdir: str, verifier: Verifier):
@@ -267,26 +273,53 @@ def start(c, workdir: str, verifier: Verifier):
     if step:  # before anything is loaded: a run of another config is refused now
         _check_same_run(c, workdir)
     memory.trim_after_compiles()
-    mesh = parallel.make_mesh(c.mesh.data, c.mesh.fsdp)
-    params, cfg, tok = config_lib.load_policy(c, parallel.placer(mesh))
-    ref = jax.tree.map(jnp.copy, params) if c.rl.kl_coef else None
-    run = Run.create(c, cfg, tok, verifier, workdir, ref, mesh)
+    mesh = config_lib.mesh(c)
+    cfg, tok = config_lib.model_spec(c)
+    run = Run.create(c, cfg, tok, verifier, workdir, mesh=mesh)
     if not run.train_set:
         raise ValueError(
             f"task {config_lib.task_name(c)!r} has no training problems: set task.train_path "
             "(a preset whose data/ folder has no train.jsonl is a test set only)"
         )
+    run.memory_estimate = footprint.estimate(
+        cfg, mesh, run.optimizer, step_shape(c, run.longest_prompt), bool(c.rl.kl_coef)
+    )
+    if parallel.is_main_process():
+        print(run.memory_estimate.summary(), file=sys.stderr)
+    if c.train.check_memory:  # before the weights are read
+        run.memory_estimate.check()
+    params, _, _ = config_lib.load_policy(c, parallel.placer(mesh))
+    run.ref_params = jax.tree.map(jnp.copy, params) if c.rl.kl_coef else None
     ctx = run.context(params, 0)
     states = {ex.name: (ex.template if step else ex.init)(ctx) for ex in run.explorers}
-    progress = Progress(init_state(params, run.optimizer), jnp.zeros((), jnp.int32), states)
-    progress = parallel.place(progress, mesh)
+    progress = Progress(
+        parallel.create(init_state, mesh, params, run.optimizer), jnp.zeros((), jnp.int32), states
+    )
+    progress = parallel.place(progress, mesh)  # the host-made leaves (position, explorers)
     if step:
         progress = ckpt.restore(step, progress)
     return run, progress, ckpt
 
 
+def step_shape(c, longest_prompt: int) -> footprint.StepShape:
+    """The sizes of one step of config `c` (prompts padded to the longest's bucket)."""
+    rows = c.rollout.prompts * c.rollout.group_size
+    slotted = 0 < c.rollout.slots < rows
+    split = c.rl.minibatches * c.optim.micro_batches
+    return footprint.StepShape(
+        prompts=c.rollout.prompts,
+        rows=rows,
+        decode_rows=c.rollout.slots if slotted else rows,
+        prompt_len=sampler.bucket(max(longest_prompt, 1)),
+        new_tokens=c.rollout.max_new_tokens,
+        update_prompts=max(c.rollout.prompts // split, 1),
+        update_rows=max(rows // split, 1),
+        slotted=slotted,
+    )
+
+
 def train(c, workdir: str):
-    with config_lib.verifier(c) as verifier:
+    with config_lib.verifier(c) as verifier, parallel.use(config_lib.mesh(c)):
         return _train(c, workdir, verifier)
 
 
@@ -362,7 +395,8 @@ def _train(c, workdir: str, verifier: Verifier):
     resolved, main = config_lib.resolved(c), parallel.is_main_process()
     if main:  # one writer in a run of several processes
         with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(resolved.to_json(indent=2))
+            record = {**json.loads(resolved.to_json()), "memory": run.memory_estimate.record()}
+            json.dump(record, f, indent=2)
     logger = RunLogger(workdir, start_step, config_lib.wandb_settings(c, resolved), write=main)
     bar = tqdm(
         range(start_step, c.train.steps),
@@ -489,7 +523,7 @@ def run_eval(c, workdir: str | None) -> dict:
     for methods that act at test time) are restored: no optimizer state is allocated, and
     the training run's methods need not be in the eval config."""
     config_lib.validate(c)
-    mesh = parallel.make_mesh(c.mesh.data, c.mesh.fsdp)
+    mesh = config_lib.mesh(c)
     params, cfg, tok = config_lib.load_policy(c, parallel.placer(mesh))
     run = Run.create(c, cfg, tok, verifier=None, mesh=mesh)
     states = {ex.name: ex.template(run.context(params, 0)) for ex in run.explorers}
@@ -504,7 +538,7 @@ def run_eval(c, workdir: str | None) -> dict:
             restored = saved["explorers"][n]
             states[n] = {**states[n], **restored} if isinstance(states[n], dict) else restored
     records = []
-    with config_lib.verifier(c) as run.verifier:
+    with config_lib.verifier(c) as run.verifier, parallel.use(mesh):
         results = run_evaluation(run, params, states, step, records)
     if workdir and parallel.is_main_process():
         os.makedirs(workdir, exist_ok=True)

@@ -43,6 +43,7 @@ import numpy as np
 from flax import struct
 from jaxtyping import Array, Bool, Int
 
+from explore_rl import parallel
 from explore_rl.models import transformer
 from explore_rl.models.presets import ModelConfig
 from explore_rl.models.transformer import Interventions
@@ -346,4 +347,7 @@ def _chunk(params, cfg, slots: _Slots, wanted, temperature, u, config, iv, n_ste
         return i + 1, s
 
     ran, slots = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), slots))
-    return slots, ran
+    # what the host reads between chunks and at the end, whole on every device
+    return slots.replace(
+        done=parallel.replicated(slots.done), out=parallel.replicated(slots.out)
+    ), ran

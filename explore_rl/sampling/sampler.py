@@ -37,6 +37,7 @@ import numpy as np
 from flax import struct
 from jaxtyping import Array, Bool, Float, Int
 
+from explore_rl import parallel
 from explore_rl.models import transformer
 from explore_rl.models.presets import ModelConfig
 from explore_rl.models.transformer import Interventions
@@ -471,7 +472,7 @@ def decode(params, cfg, state: _State, temperature, uniforms, config, interventi
         return _record(s, c, config.stop_ids)
 
     state = jax.lax.while_loop(cond, body, state)
-    return state.out.replace(finished=state.done)
+    return parallel.replicated(state.out.replace(finished=state.done))  # for the host
 
 
 def greedy(

@@ -1,0 +1,79 @@
+"""The start-up memory estimate: its terms by hand, its refusal, and against the measured
+peak of the CPU demo."""
+
+import json
+import subprocess
+import sys
+
+import jax
+import pytest
+
+from configs import grpo
+from explore_rl import config as config_lib
+from explore_rl import parallel
+from explore_rl.rl import footprint, trainer
+from explore_rl.rl.train_step import make_optimizer
+
+
+def _estimate(c, longest_prompt=40):
+    cfg, _ = config_lib.model_spec(c)
+    optimizer = make_optimizer(config_lib.optim_config(c))
+    shape = trainer.step_shape(c, longest_prompt)
+    mesh = parallel.make_mesh(devices=jax.devices()[:1])
+    return cfg, shape, footprint.estimate(cfg, mesh, optimizer, shape, bool(c.rl.kl_coef))
+
+
+def test_terms_by_hand_on_one_device():
+    c = grpo.get_config("smoke")  # tiny-llama, float32: 2 prompts x 4 rows x 8 tokens
+    cfg, shape, est = _estimate(c)
+    assert (shape.prompts, shape.rows, shape.prompt_len, shape.new_tokens) == (2, 8, 48, 8)
+    assert (shape.update_prompts, shape.update_rows) == (1, 4)  # rl.minibatches = 2
+    t = est.terms
+    assert t["params"] == cfg.num_params() * 4
+    assert t["optimizer moments"] - 2 * t["params"] < 64  # Adam's mu, nu (and two counters)
+    assert t["gradients"] == 2 * t["params"] and t["reference params"] == 0
+    # layers x (k, v) x kv heads x head dim x 4 bytes x (2 prompts x 48 + 8 rows x 8 slots)
+    assert t["KV cache"] == 2 * 2 * 2 * 8 * 4 * (2 * 48 + 8 * 8)
+    assert est.peak == est.resident + max(est.rollout, est.update)
+    c.rl.minibatches = 1  # a micro-batch of 2 prompts, then of 1: half the activations
+    whole = _estimate(c)[2].terms["activations"]
+    c.optim.micro_batches = 2
+    assert _estimate(c)[2].terms["activations"] * 2 == whole
+    c.rl.kl_coef = 0.1
+    assert _estimate(c)[2].terms["reference params"] == t["params"]
+    c.rollout.slots = 3  # each slot holds a copy of its prompt's keys
+    kv = _estimate(c)[2].terms["KV cache"]
+    assert kv == 2 * 2 * 2 * 8 * 4 * (2 * 48 + 3 * (48 + 8))
+
+
+def test_a_run_that_cannot_fit_is_refused_before_any_weight_is_read(tmp_path, monkeypatch):
+    c = grpo.get_config("smoke")
+    c.model.random_init = "qwen3-8b"  # float32: 30 GiB of params, twice that in moments
+    monkeypatch.setattr(footprint, "device_capacity", lambda: (16 * 2**30, "host memory"))
+
+    def never(*args, **kwargs):
+        raise AssertionError("weights were loaded")
+
+    monkeypatch.setattr(config_lib, "load_policy", never)
+    with pytest.raises(ValueError) as refused:
+        trainer.train(c, str(tmp_path))
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "per device, host memory has 16.0 GiB; the biggest part is optimizer moments" in message
+    c.train.check_memory = False  # told to go on: it goes as far as the weights
+    with pytest.raises(AssertionError, match="weights were loaded"):
+        trainer.train(c, str(tmp_path))
+
+
+@pytest.mark.slow
+def test_within_a_quarter_of_the_measured_peak_on_the_cpu_demo():
+    """The demo's shape (SmolLM2-135M, 4 prompts x 8 rows x 32 tokens, 4 optimizer steps
+    per batch, float32), random weights so that no model file is mapped into memory."""
+    out = subprocess.run(
+        [sys.executable, "-m", "explore_rl.bench", "memory", "--config",
+         "configs/grpo.py:demo", "--random-init", "smollm2-135m", "--steps", "2"],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert 0.75 <= result["estimate_over_measured"] <= 1.25, (result, out.stderr[-2000:])
