@@ -302,6 +302,14 @@ def model_spec(c: ConfigDict):
     return weights.model_spec(c.model.path, c.model.random_init, **dtypes)
 
 
+def load_params(c: ConfigDict, cfg, place=None) -> dict:
+    """The run's weights for the ModelConfig `model_spec` gave: the checkpoint's, or a
+    preset's random ones."""
+    if c.model.random_init:
+        return weights.random_params(cfg, c.seed, place)
+    return weights.read_params(weights.model_folder(c.model.path), cfg, place)
+
+
 def load_policy(c: ConfigDict, place=None):
     """(params, ModelConfig, Tokenizer): a checkpoint, or random weights of a preset."""
     dtypes = dict(param_dtype=c.model.param_dtype, dtype=c.model.dtype)

@@ -26,7 +26,7 @@ def _estimate(c, longest_prompt=40):
 def test_terms_by_hand_on_one_device():
     c = grpo.get_config("smoke")  # tiny-llama, float32: 2 prompts x 4 rows x 8 tokens
     cfg, shape, est = _estimate(c)
-    assert (shape.prompts, shape.rows, shape.prompt_len, shape.new_tokens) == (2, 8, 48, 8)
+    assert (shape.prompts, shape.decode_rows, shape.prompt_len, shape.new_tokens) == (2, 8, 48, 8)
     assert (shape.update_prompts, shape.update_rows) == (1, 4)  # rl.minibatches = 2
     t = est.terms
     assert t["params"] == cfg.num_params() * 4
@@ -54,7 +54,7 @@ def test_a_run_that_cannot_fit_is_refused_before_any_weight_is_read(tmp_path, mo
     def never(*args, **kwargs):
         raise AssertionError("weights were loaded")
 
-    monkeypatch.setattr(config_lib, "load_policy", never)
+    monkeypatch.setattr(config_lib, "load_params", never)
     with pytest.raises(ValueError) as refused:
         trainer.train(c, str(tmp_path))
     message = str(refused.value)

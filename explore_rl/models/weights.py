@@ -179,6 +179,11 @@ def _safetensors_files(folder: str) -> list[str]:
 def load_hf(folder: str, place: Place | None = None, **cfg_overrides):
     """Params and config from a HF folder (config.json + one or many *.safetensors)."""
     cfg = presets.from_hf_config(folder, **cfg_overrides)
+    return read_params(folder, cfg, place), cfg
+
+
+def read_params(folder: str, cfg: ModelConfig, place: Place | None = None) -> dict:
+    """The weights of a HF folder, in `cfg`'s layout, each tensor placed as it is read."""
     files = _safetensors_files(folder)
     index: dict[str, tuple] = {}
     for f in files:
@@ -192,7 +197,7 @@ def load_hf(folder: str, place: Place | None = None, **cfg_overrides):
             )
         return _read_safetensor(index[hf])
 
-    return _assemble(cfg, read, folder, place), cfg
+    return _assemble(cfg, read, folder, place)
 
 
 # ----------------------------------------------------------------------------- GGUF
@@ -451,18 +456,23 @@ def model_spec(path: str, preset: str = "", **cfg_overrides):
 def load_model(path: str, place: Place | None = None, **cfg_overrides):
     """(params, ModelConfig, Tokenizer) from a HF folder, a .gguf file or 'embedded'."""
     cfg, tok = model_spec(path, **cfg_overrides)
-    params, _ = load_hf(model_folder(path), place, **cfg_overrides)
-    return params, cfg, tok
+    return read_params(model_folder(path), cfg, place), cfg, tok
+
+
+def random_params(cfg: ModelConfig, seed: int = 0, place: Place | None = None) -> dict:
+    """Random weights of `cfg`'s shape, each tensor placed (a model's shape benchmarked or
+    smoke-tested without its weights)."""
+    params = init_params(cfg, jax.random.key(seed))
+    if place is None:
+        return params
+    return jax.tree_util.tree_map_with_path(
+        lambda p, w: place(tuple(getattr(k, "key", getattr(k, "idx", None)) for k in p), w),
+        params,
+    )
 
 
 def load_random(path: str, preset: str, seed: int = 0, place: Place | None = None, **cfg_overrides):
     """(params, ModelConfig, Tokenizer): random weights of a preset's shape with the
-    tokenizer of `path` (a model's shape benchmarked or smoke-tested without its weights)."""
+    tokenizer of `path`."""
     cfg, tok = model_spec(path, preset, **cfg_overrides)
-    params = init_params(cfg, jax.random.key(seed))
-    if place is not None:
-        params = jax.tree_util.tree_map_with_path(
-            lambda p, w: place(tuple(getattr(k, "key", getattr(k, "idx", None)) for k in p), w),
-            params,
-        )
-    return params, cfg, tok
+    return random_params(cfg, seed, place), cfg, tok

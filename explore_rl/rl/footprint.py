@@ -33,6 +33,10 @@ from explore_rl.models import transformer
 from explore_rl.models.presets import ModelConfig
 
 GIB = 2**30
+# the terms of each phase (`estimate` makes them all)
+RESIDENT = ("params", "reference params", "optimizer moments")
+ROLLOUT = ("KV cache", "prefill workspace", "sampling logits")
+UPDATE = ("gradients", "activations")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,14 +44,12 @@ class StepShape:
     """The sizes of one training step that memory depends on."""
 
     prompts: int  # prompt rows prefilled per rollout batch
-    rows: int  # rollout rows (prompts x group size)
     decode_rows: int  # rows decoded at once: the rows, or the engine's slots
     prompt_len: int  # padded prompt length (the bucket of the longest prompt)
     new_tokens: int  # response length
     update_prompts: int  # prompts in one micro-batch of the update
     update_rows: int  # rows in one micro-batch of the update
     slotted: bool = False  # decode slots hold a copy of their prompt's keys
-    extra: int = 0  # appended slots per row (EDEN)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,19 +58,20 @@ class Footprint:
     capacity: int  # bytes one device has
     device: str  # what the capacity is of
 
+    def _sum(self, names) -> int:
+        return sum(self.terms[k] for k in names)
+
     @property
     def resident(self) -> int:
-        t = self.terms
-        return t["params"] + t["reference params"] + t["optimizer moments"]
+        return self._sum(RESIDENT)
 
     @property
     def rollout(self) -> int:
-        t = self.terms
-        return t["KV cache"] + t["prefill workspace"] + t["sampling logits"]
+        return self._sum(ROLLOUT)
 
     @property
     def update(self) -> int:
-        return self.terms["gradients"] + self.terms["activations"]
+        return self._sum(UPDATE)
 
     @property
     def peak(self) -> int:
@@ -94,16 +97,13 @@ class Footprint:
         """A one-line refusal, naming the biggest term, when the peak exceeds the device."""
         if self.peak <= self.capacity:
             return
-        phase = dict(self.terms)
-        for k in ("KV cache", "prefill workspace", "sampling logits", "gradients", "activations"):
-            # only the phase that sets the peak counts toward it
-            if (k in ("gradients", "activations")) != (self.update >= self.rollout):
-                phase.pop(k)
-        biggest = max(phase, key=phase.get)
+        phase = UPDATE if self.update >= self.rollout else ROLLOUT  # the one that sets the peak
+        counted = {k: self.terms[k] for k in RESIDENT + phase}
+        biggest = max(counted, key=counted.get)
         raise ValueError(
             f"the run needs ~{self.peak / GIB:.1f} GiB per device, {self.device} has "
             f"{self.capacity / GIB:.1f} GiB; the biggest part is {biggest} "
-            f"({phase[biggest] / GIB:.1f} GiB): shard over more devices (mesh.*), use "
+            f"({counted[biggest] / GIB:.1f} GiB): shard over more devices (mesh.*), use "
             "bfloat16 (model.param_dtype, model.dtype), or lower rollout.prompts, "
             "rollout.max_new_tokens or the update's rows (rl.minibatches, "
             "optim.micro_batches)"
@@ -131,9 +131,10 @@ def per_device_bytes(tree, mesh) -> int:
     )
 
 
-def _part(n: int, k: int) -> int:
-    """n split k ways where the rules split it (k divides n), else whole."""
-    return n // k if n % k == 0 else n
+def _local(name: str, n: int, axis_sizes) -> int:
+    """A dimension of logical `name` and size n on one device, as `parallel.RULES` shard it."""
+    axes = parallel.logical_spec((name,), (n,), axis_sizes)[0] or ()
+    return n // math.prod(axis_sizes[a] for a in ((axes,) if isinstance(axes, str) else axes))
 
 
 def estimate(cfg: ModelConfig, mesh, optimizer, shape: StepShape, reference: bool) -> Footprint:
@@ -143,14 +144,15 @@ def estimate(cfg: ModelConfig, mesh, optimizer, shape: StepShape, reference: boo
     moments = jax.eval_shape(optimizer.init, params)
     p_bytes = per_device_bytes(params, mesh)
     sizes = dict(mesh.shape)
-    rows_k, t = sizes["data"] * sizes["fsdp"], sizes["tensor"]
+    local = lambda name, x: _local(name, x, sizes)  # noqa: E731
     a = np.dtype(cfg.jnp_dtype).itemsize
     d, h = cfg.d_model, cfg.head_dim
-    n, k, f, v = (_part(x, t) for x in (cfg.n_heads, cfg.n_kv_heads, cfg.d_ff, cfg.vocab_size))
+    n, k = local("heads", cfg.n_heads), local("kv_heads", cfg.n_kv_heads)
+    f, v = local("mlp", cfg.d_ff), local("vocab", cfg.vocab_size)
     layers, s = cfg.n_layers, shape
-    prompts, decode = _part(s.prompts, rows_k), _part(s.decode_rows, rows_k)
+    prompts, decode = local("batch", s.prompts), local("batch", s.decode_rows)
     kv_tokens = prompts * s.prompt_len + decode * (
-        s.new_tokens + s.extra + (s.prompt_len if s.slotted else 0)
+        s.new_tokens + (s.prompt_len if s.slotted else 0)
     )
     kv = layers * 2 * k * h * a * kv_tokens
     prefill = prompts * s.prompt_len * (n * s.prompt_len * 4 * 2 + (4 * d + 3 * f) * a)
@@ -159,7 +161,7 @@ def estimate(cfg: ModelConfig, mesh, optimizer, shape: StepShape, reference: boo
     def per_token(keys: int) -> int:  # what one layer keeps of one token for the backward
         return (6 * d + 3 * n * h + 3 * k * h + 4 * f) * a + 2 * n * keys * 4
 
-    u_prompts, u_rows = _part(s.update_prompts, rows_k), _part(s.update_rows, rows_k)
+    u_prompts, u_rows = local("batch", s.update_prompts), local("batch", s.update_rows)
     length = s.new_tokens
     acts = (
         layers

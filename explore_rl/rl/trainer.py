@@ -288,7 +288,7 @@ def start(c, workdir: str, verifier: Verifier):
         print(run.memory_estimate.summary(), file=sys.stderr)
     if c.train.check_memory:  # before the weights are read
         run.memory_estimate.check()
-    params, _, _ = config_lib.load_policy(c, parallel.placer(mesh))
+    params = config_lib.load_params(c, cfg, parallel.placer(mesh))
     run.ref_params = jax.tree.map(jnp.copy, params) if c.rl.kl_coef else None
     ctx = run.context(params, 0)
     states = {ex.name: (ex.template if step else ex.init)(ctx) for ex in run.explorers}
@@ -308,7 +308,6 @@ def step_shape(c, longest_prompt: int) -> footprint.StepShape:
     split = c.rl.minibatches * c.optim.micro_batches
     return footprint.StepShape(
         prompts=c.rollout.prompts,
-        rows=rows,
         decode_rows=c.rollout.slots if slotted else rows,
         prompt_len=sampler.bucket(max(longest_prompt, 1)),
         new_tokens=c.rollout.max_new_tokens,
