@@ -1,4 +1,4 @@
-"""The controls every exploration method is compared against (METHODS.md, "Controls"):
+"""The controls every exploration method is compared against (docs/methods.md):
 configs/grpo.py with one value changed, at the same scale and seeds.
 
     python -m explore_rl.main --config configs/controls.py:temperature --workdir runs/t12

@@ -103,8 +103,9 @@ def _reason(error: BaseException) -> str:
     """The operating system's words for a failed write ("No space left on device")."""
     if isinstance(error, OSError) and error.strerror:
         return error.strerror
-    found = re.search(r":\s*([^:\[]+?)\s*\[os_error_code='?(\d+)", str(error))
-    return found.group(1) if found else str(error).splitlines()[0][:200]
+    # the storage layer's message varies with the write that failed first; its errno not
+    found = re.search(r"os_error_code='?(\d+)", str(error))
+    return os.strerror(int(found.group(1))) if found else str(error).splitlines()[0][:200]
 
 
 def locate(path: str, step: int = 0, step_key: str = "eval.step") -> tuple[str, int]:

@@ -342,6 +342,9 @@ def task_name(c: ConfigDict) -> str:
     return "jsonl" if c.task.preset else c.task.name
 
 
-def load_problems(c: ConfigDict) -> tuple[list[tasks.Problem], dict[str, list[tasks.Problem]]]:
-    """The training problems and the held-out benchmarks {name: problems} of the task."""
-    return tasks.get(task_name(c))(c.task, c.seed)
+def load_problems(
+    c: ConfigDict, shard: tasks.Shard = tasks.WHOLE
+) -> tuple[list[tasks.Problem], dict[str, list[tasks.Problem]]]:
+    """The training problems of `shard` (all, by default) and the held-out benchmarks
+    {name: problems} of the task."""
+    return tasks.load(task_name(c), c.task, c.seed, shard)

@@ -76,8 +76,10 @@ def load_prompts(config) -> list[tuple[str, str | None]]:
 
 def run_sample(config, workdir: str | None) -> list[dict]:
     start = time.perf_counter()
-    params, cfg, tok = config_lib.load_policy(config)  # honours model.random_init
-    print(
+    mesh = config_lib.mesh(config)  # rows decoded over every device (and process)
+    params, cfg, tok = config_lib.load_policy(config, parallel.placer(mesh))
+    say = print if parallel.is_main_process() else lambda *_: None  # one process speaks
+    say(
         f"loaded {config.model.path} ({cfg.family}, {cfg.num_params() / 1e6:.0f}M params) "
         f"in {time.perf_counter() - start:.1f}s"
     )
@@ -91,31 +93,30 @@ def run_sample(config, workdir: str | None) -> list[dict]:
     g, n = s.samples_per_prompt, len(rows)
     sc = config_lib.sampling_config(config, tok.stop_ids, "sample")
     start = time.perf_counter()
-    out, stats = engine.generate(
-        params,
-        cfg,
-        tokens,
-        mask,
-        jax.random.key(config.seed),
-        jnp.full((n * g, s.max_new_tokens), s.temperature),
-        sc,
-        config_lib.engine_config(config),
-    )
+    with parallel.use(mesh):
+        out, stats = engine.generate(
+            params,
+            cfg,
+            tokens,
+            mask,
+            jax.random.key(config.seed),
+            jnp.full((n * g, s.max_new_tokens), s.temperature),
+            sc,
+            config_lib.engine_config(config),
+        )
     seconds = time.perf_counter() - start
     samples = []
     for i, (toks, m) in enumerate(zip(out.tokens.tolist(), out.mask.tolist())):
         prompt, answer = prompts[i // g]
         text = tok.decode([x for x, keep in zip(toks, m) if keep])
         samples.append({"prompt": prompt, "answer": answer, "response": text})
-        print(
-            f"\n> {prompt}" + (f"   [answer {answer}]" if answer is not None else "") + f"\n{text}"
-        )
-    print(
+        say(f"\n> {prompt}" + (f"   [answer {answer}]" if answer is not None else "") + f"\n{text}")
+    say(
         f"\n{len(samples)} samples, {stats.useful_tokens} tokens in {seconds:.1f}s "
         f"(compile included; prefill {stats.prefill_s:.1f}s, decode {stats.decode_s:.1f}s, "
         f"{stats.slots} slots {stats.occupancy:.0%} busy, {stats.refills} refills)"
     )
-    if workdir:
+    if workdir and parallel.is_main_process():
         os.makedirs(os.path.join(workdir, "samples"), exist_ok=True)
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(config_lib.resolved(config).to_json(indent=2))
@@ -136,8 +137,19 @@ def main(argv):
     except (ValueError, OSError) as e:  # bad input, a full disk: one line that names it
         if _TRACEBACK.value or not _raised_here(e):
             raise
-        print(f"error: {e}  (--traceback for the trace)", file=sys.stderr)
+        _say_last(f"error: {e}  (--traceback for the trace)")
         sys.exit(2)
+
+
+def _say_last(line: str) -> None:
+    """`line` as the last words on stderr, on a line of its own: what a library's threads
+    (a failed checkpoint write's) still write while the process ends is discarded, and a
+    line of theirs left half-written does not run into it."""
+    sys.stderr.flush()
+    err = os.dup(2)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+    sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - open until the process ends
+    os.write(err, f"\n{line}\n".encode())
 
 
 def _raised_here(e: BaseException) -> bool:

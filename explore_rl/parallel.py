@@ -93,6 +93,20 @@ def is_main_process() -> bool:
     return jax.process_index() == 0
 
 
+def allgather_bytes(data: bytes) -> list[bytes]:
+    """Every process's `data`, in process order (host data such as a step's problems; a
+    collective: every process calls it alike). One process: `[data]`, nothing sent."""
+    if jax.process_count() == 1:
+        return [data]
+    from jax.experimental import multihost_utils
+
+    sizes = np.asarray(multihost_utils.process_allgather(np.int64(len(data))))
+    buffer = np.zeros(int(sizes.max()), np.uint8)
+    buffer[: len(data)] = np.frombuffer(data, np.uint8)
+    every = np.asarray(multihost_utils.process_allgather(buffer))
+    return [every[p, :n].tobytes() for p, n in enumerate(sizes)]
+
+
 def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1, devices=None) -> Mesh:
     """A ('data', 'fsdp', 'tensor') mesh; -1 for fsdp takes the devices the others leave."""
     devices = np.asarray(devices if devices is not None else jax.devices())
@@ -161,8 +175,8 @@ def replicated(tree):
 
 
 def _fallback(shape: tuple[int, ...], fsdp: int) -> PartitionSpec:
-    """An array the table does not name (an explorer's bank, a moment of one): over fsdp
-    along its largest dimension that divides, replicated if none does."""
+    """An array the table does not name (a parameter a method adds, a moment of one): over
+    fsdp along its largest dimension that divides, replicated if none does."""
     for d in sorted(range(len(shape)), key=lambda d: -shape[d]):
         if fsdp > 1 and shape[d] % fsdp == 0:
             return PartitionSpec(*[("fsdp" if i == d else None) for i in range(len(shape))])
@@ -215,25 +229,46 @@ def create(fn, mesh: Mesh, tree, *static):
     return jax.jit(init, donate_argnums=0, out_shardings=out)(tree)
 
 
+def _global(tree):
+    """In a run of several processes a value made on this process alone (an eager
+    `jnp.zeros`, a counter) goes through the host first: each process holds the same value,
+    and JAX builds the global array from it."""
+    if jax.process_count() == 1:
+        return tree
+    local = lambda x: isinstance(x, jax.Array) and len(x.sharding.device_set) == 1  # noqa: E731
+    return jax.tree.map(lambda x: np.asarray(x) if local(x) else x, tree)
+
+
 def place(tree, mesh: Mesh):
-    """`tree` (params, optimizer state, a run's progress) on its `param_shardings`. In a run
-    of several processes a value made on this process alone (an eager `jnp.zeros`, a
-    counter) goes through the host first: each process holds the same value, and JAX
-    builds the global array from it."""
-    shardings = param_shardings(tree, mesh)
-    if jax.process_count() > 1:
-        local = lambda x: isinstance(x, jax.Array) and len(x.sharding.device_set) == 1  # noqa: E731
-        tree = jax.tree.map(lambda x: np.asarray(x) if local(x) else x, tree)
-    return jax.device_put(tree, shardings)
+    """`tree` (params, optimizer state) on its `param_shardings`."""
+    return jax.device_put(_global(tree), param_shardings(tree, mesh))
+
+
+def replicate(tree, mesh: Mesh):
+    """`tree` whole on every device of `mesh`: what each host reads back (an explorer's
+    bank; in a run of several processes a host can read only its own devices)."""
+    return jax.device_put(_global(tree), NamedSharding(mesh, PartitionSpec()))
 
 
 def placer(mesh: Mesh):
-    """A `place(path, array)` for the weight loaders: each tensor goes straight to its
-    shards as it is read, so no host ever holds the whole model twice."""
+    """A `place(path, array, dtype)` for the weight loaders: each tensor goes straight to
+    its shards as it is read, and only the slices of this process's devices are read and
+    cast (a memory-mapped file is not read whole by every host)."""
     sizes = dict(mesh.shape)
 
-    def put(path: tuple, w: np.ndarray) -> jax.Array:
-        return jax.device_put(w, NamedSharding(mesh, spec(str(path[-1]), w.shape, sizes)))
+    def put(path: tuple, w, dtype) -> jax.Array:
+        sharding = NamedSharding(mesh, spec(str(path[-1]), w.shape, sizes))
+        if isinstance(w, jax.Array):  # already on a device (random weights)
+            return jax.device_put(w.astype(dtype), sharding)
+        slices = {}  # a slice is read once, however many devices hold it (data replicas)
+
+        def read(index):
+            key = tuple((s.start, s.stop, s.step) for s in index)
+            if key not in slices:
+                slices[key] = np.asarray(w[index], dtype=dtype)
+            return slices[key]
+
+        return jax.make_array_from_callback(w.shape, sharding, read)
 
     return put
 

@@ -109,14 +109,14 @@ def left_padded_batch(rng: np.random.Generator, lengths, vocab: int, total: int)
     return tokens, mask
 
 
-def run_main(*args, timeout=600, cwd=None):
-    """`python -m explore_rl.main ARGS` in a subprocess on the CPU backend (in `cwd`); the
-    test modules importable (a custom `reward.fn` of a test)."""
+def run_main(*args, timeout=600, cwd=None, env=None):
+    """`python -m explore_rl.main ARGS` in a subprocess on the CPU backend (in `cwd`, with
+    `env`'s variables too); the test modules importable (a custom `reward.fn` of a test)."""
     tests = os.path.dirname(os.path.abspath(__file__))
     path = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p)
     return subprocess.run(
         [sys.executable, "-m", "explore_rl.main", *args],
-        env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=path),
+        env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=path, **(env or {})),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -8,9 +8,10 @@ import sys
 import jax
 import pytest
 
-from configs import grpo
+from configs import ase, extra, grpo
 from explore_rl import config as config_lib
 from explore_rl import parallel
+from explore_rl.exploration import base as exploration
 from explore_rl.rl import footprint, trainer
 from explore_rl.rl.train_step import make_optimizer
 
@@ -44,6 +45,26 @@ def test_terms_by_hand_on_one_device():
     c.rollout.slots = 3  # each slot holds a copy of its prompt's keys
     kv = _estimate(c)[2].terms["KV cache"]
     assert kv == 2 * 2 * 2 * 8 * 4 * (2 * 48 + 3 * (48 + 8))
+
+
+def test_methods_that_prefill_more_or_longer_prompts_are_counted():
+    c = grpo.get_config("smoke")  # 2 prompts x 4 rows x 8 tokens, prompts in the 48 bucket
+    kv = lambda shape: footprint.estimate(  # noqa: E731
+        config_lib.model_spec(c)[0], parallel.make_mesh(devices=jax.devices()[:1]),
+        make_optimizer(config_lib.optim_config(c)), shape, False,
+    ).terms["KV cache"]  # fmt: skip
+    base = trainer.step_shape(c, 40)
+    shaped = lambda c: exploration.step_shape(exploration.build(c), base)  # noqa: E731
+    a = ase.get_config("smoke")  # K = 3 routes and the clean one: 4 prefills a problem
+    assert (shaped(a).prompts, shaped(a).prompt_len) == (2 * 4, 48)
+    assert kv(shaped(a)) == 2 * 2 * 2 * 8 * 4 * (8 * 48 + 8 * 8)
+    a.exploration.ase.k = a.exploration.ase.min_pairs = 7  # 8 routes; a group has 4 rows
+    assert shaped(a).prompts == 2 * 4
+    x = extra.get_config("smoke")  # a guided prompt: the prompt and a response prefix
+    assert (shaped(x).prompts, shaped(x).prompt_len) == (2, 64)  # the bucket of 48 + 8
+    assert kv(shaped(x)) == 2 * 2 * 2 * 8 * 4 * (2 * 64 + 8 * 8)
+    x.exploration.extra.regen = False  # novelty alone: the prompts as they are
+    assert shaped(x) == base == shaped(c)
 
 
 def test_a_run_that_cannot_fit_is_refused_before_any_weight_is_read(tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ pytestmark = pytest.mark.slow  # subprocesses that load the embedded model
 
 
 def test_sample_mode_writes_samples(tmp_path):
+    """On a mesh of two (fake) devices: the rows are decoded over both."""
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"question": "What is 2 + 2?"}\n{"question": "What is 3 + 5?"}\n')
     out = run_main(
@@ -23,6 +24,7 @@ def test_sample_mode_writes_samples(tmp_path):
         "--config.sample.samples_per_prompt=3",
         "--config.sample.temperature=1.0",
         "--config.sample.max_new_tokens=8",
+        env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
     )
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(x) for x in open(tmp_path / "run" / "samples" / "sample.jsonl")]

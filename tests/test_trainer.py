@@ -254,13 +254,16 @@ def test_a_wandb_offline_run_writes_its_files_and_resumes_the_same_run(tmp_path,
     assert len(list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))) == 2
 
 
-def test_a_bfloat16_run_trains_and_logs(tmp_path):
+def test_a_bfloat16_run_trains_and_logs(tmp_path, caplog):
     """Weights and activations in bfloat16: the update's metrics (bfloat16 scalars on
-    the device) average into the log."""
+    the device) average into the log; the run warns that small steps round away."""
     c = grpo.get_config("smoke")
     c.model.dtype = c.model.param_dtype = "bfloat16"
-    c.train.steps, c.train.eval_every = 1, 0
+    c.train.steps, c.train.eval_every, c.optim.lr = 1, 0, 1e-6
     progress = trainer.train(c, str(tmp_path))
+    assert "~optim.lr=1e-06 is rounded away on every weight above ~0.00026" in caplog.text
+    w = jax.numpy.asarray(0.02, jax.numpy.bfloat16)
+    assert w + jax.numpy.asarray(1e-6, jax.numpy.bfloat16) == w  # what it warns of
     assert jax.tree.leaves(progress.state.params)[0].dtype == jax.numpy.bfloat16
     (row,) = read_metrics(str(tmp_path))
     assert np.isfinite(row["train/loss"]) and np.isfinite(row["train/grad_norm"])

@@ -19,7 +19,8 @@ USER_FACING = (
     "notebooks",
     "Makefile",
 )
-SHARED = re.compile(r"\.\./shared|(?<![\w-])shared/(data|peers|seeds|METHODS|DESIGN)")
+# the shared folder, or its documents by name (they are not in the project)
+SHARED = re.compile(r"\.\./shared|(?<![\w-])shared/(data|peers|seeds)|\b(METHODS|DESIGN)\.md\b")
 
 
 def _files():

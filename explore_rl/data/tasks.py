@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import inspect
 import itertools
 import json
 import logging
@@ -37,9 +38,25 @@ from explore_rl.registry import Registry
 from explore_rl.rewards.math import after_hash, last_boxed
 
 # `task.name` -> f(task section, seed) -> (train problems, {benchmark: problems}); a new
-# task may be its own module explore_rl/data/<name>.py.
+# task may be its own module explore_rl/data/<name>.py. A task that takes `shard` returns
+# only that shard's training problems, each with its `row` (see `load`).
 TASKS = Registry("task.name", package="explore_rl.data")
 register, get = TASKS.register, TASKS.get
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """The rows of a dataset one process of a run reads: row i when i % count == index
+    (interleaved, so every shard sees the whole file's mix)."""
+
+    index: int = 0
+    count: int = 1
+
+    def owns(self, row: int) -> bool:
+        return row % self.count == self.index
+
+
+WHOLE = Shard()  # one process: every row
 
 
 _OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
@@ -55,6 +72,8 @@ class Problem:
     question: str
     answer: str
     prefix: tuple[int, ...] = ()
+    # the row of the dataset it came from: the order a run's shards are joined in
+    row: int = dataclasses.field(default=0, compare=False)
 
     @property
     def id(self) -> str:
@@ -222,9 +241,10 @@ def _reference(value, how: str) -> str | None:
     return text.strip("$").strip() or None
 
 
-def read_rows(path: str):
-    """(where, row) of each row of a dataset file or folder: a line number for JSONL, an
-    index for JSON arrays, Parquet and `datasets` folders."""
+def read_rows(path: str, shard: Shard = WHOLE):
+    """(row index, where, row) of each row of a dataset file or folder that `shard` owns:
+    `where` is a line number for JSONL, an index for JSON arrays, Parquet and `datasets`
+    folders. Rows of other shards are not parsed (JSONL) or not converted (Arrow)."""
     if os.path.isdir(path):  # datasets.save_to_disk: state.json names the Arrow files
         state = os.path.join(path, "state.json")
         if not os.path.exists(state):
@@ -233,15 +253,19 @@ def read_rows(path: str):
 
         with open(state) as f:
             files = [d["filename"] for d in json.load(f)["_data_files"]]
-        rows = []
+        first = 0
         for name in files:
             with pa.memory_map(os.path.join(path, name)) as source:
-                rows += pa.ipc.open_stream(source).read_all().to_pylist()
-        yield from ((f"row {i}", r) for i, r in enumerate(rows))
+                for batch in pa.ipc.open_stream(source):
+                    yield from _owned(batch, first, shard)
+                    first += batch.num_rows
     elif path.endswith(".parquet"):
         import pyarrow.parquet as pq
 
-        yield from ((f"row {i}", r) for i, r in enumerate(pq.read_table(path).to_pylist()))
+        first = 0
+        for batch in pq.ParquetFile(path).iter_batches():
+            yield from _owned(batch, first, shard)
+            first += batch.num_rows
     elif path.endswith(".json"):
         with open(path) as f:
             try:
@@ -250,15 +274,23 @@ def read_rows(path: str):
                 raise ValueError(f"{path}: not valid JSON ({e})") from None
         if not isinstance(rows, list):
             raise ValueError(f"{path}: a .json dataset must be an array of objects")
-        yield from ((f"row {i}", r) for i, r in enumerate(rows))
+        yield from ((i, f"row {i}", r) for i, r in enumerate(rows) if shard.owns(i))
     else:
         with open(path) as f:
-            for n, line in enumerate(f, 1):
-                if line.strip():
+            rows = ((n, line) for n, line in enumerate(f, 1) if line.strip())
+            for i, (n, line) in enumerate(rows):
+                if shard.owns(i):
                     try:
-                        yield f"line {n}", json.loads(line)
+                        yield i, f"line {n}", json.loads(line)
                     except json.JSONDecodeError:
-                        yield f"line {n}", _MALFORMED
+                        yield i, f"line {n}", _MALFORMED
+
+
+def _owned(batch, first: int, shard: Shard):
+    """The rows of an Arrow record batch (rows first, first + 1, ...) that `shard` owns."""
+    mine = [j for j in range(batch.num_rows) if shard.owns(first + j)]
+    rows = batch.take(mine).to_pylist() if len(mine) < batch.num_rows else batch.to_pylist()
+    yield from ((first + j, f"row {first + j}", r) for j, r in zip(mine, rows))
 
 
 _MISSING = object()
@@ -274,18 +306,20 @@ def field(row, dotted: str):
     return row
 
 
-def read_problems(path: str, spec: JsonlSpec, strict: bool = False) -> list[Problem]:
-    """Problems from a dataset file or folder (`read_rows`). A missing field is an error
-    naming the row (the spec, not the row, is wrong); a JSONL line that is not JSON and a
-    row with an empty question or answer are skipped with a warning naming them (an error
-    when `strict`, or when no row is usable): real files have a few (gaokao2023en line
-    168)."""
+def read_problems(
+    path: str, spec: JsonlSpec, strict: bool = False, shard: Shard = WHOLE
+) -> list[Problem]:
+    """Problems from a dataset file or folder (`read_rows`), of the rows `shard` owns. A
+    missing field is an error naming the row (the spec, not the row, is wrong); a JSONL
+    line that is not JSON and a row with an empty question or answer are skipped with a
+    warning naming them (an error when `strict`, or when no row of the whole file is
+    usable): real files have a few (gaokao2023en line 168)."""
     if spec.answer_from not in ("field", "hash", "boxed", "list"):
         raise ValueError(f"answer_from={spec.answer_from!r}: allowed field, hash, boxed, list")
     if not os.path.exists(path):
         raise ValueError(f"{path}: no such dataset file or folder")
     problems, empty = [], []
-    for where, row in read_rows(path):
+    for i, where, row in read_rows(path, shard):
         if row is _MALFORMED:
             if strict:
                 raise ValueError(f"{path}: {where}: not valid JSON")
@@ -299,7 +333,7 @@ def read_problems(path: str, spec: JsonlSpec, strict: bool = False) -> list[Prob
         question = str(values[0]).strip()
         answer = _reference(values[1], spec.answer_from)
         if question and answer:
-            problems.append(Problem(question, answer))
+            problems.append(Problem(question, answer, row=i))
         else:
             empty.append(where)
     if empty and strict:
@@ -314,9 +348,20 @@ def read_problems(path: str, spec: JsonlSpec, strict: bool = False) -> list[Prob
             len(empty),
             empty[:10],
         )
-    if not problems:
+    if not problems and shard.count == 1:  # a shard's may be empty: the run checks the sum
         raise ValueError(f"{path}: no usable rows ({len(empty)} skipped: {empty[:3]})")
     return problems
+
+
+def load(name: str, section, seed: int, shard: Shard = WHOLE):
+    """Task `name`'s training problems of `shard` and its test sets. A task that takes
+    `shard` reads only those rows (a big file is not parsed by every process); any other
+    is made whole and cut here."""
+    fn = get(name)
+    if "shard" in inspect.signature(fn).parameters:
+        return fn(section, seed, shard=shard)
+    train, test = fn(section, seed)
+    return [dataclasses.replace(p, row=i) for i, p in enumerate(train) if shard.owns(i)], test
 
 
 def benchmark_name(path: str) -> str:
@@ -367,13 +412,14 @@ def preset_paths(preset: str) -> tuple[str, str]:
 
 
 @register("jsonl")
-def jsonl_task(t, seed: int):
+def jsonl_task(t, seed: int, shard: Shard = WHOLE):
     """Problems from dataset files (JSONL, JSON array, Parquet, `datasets` folder):
     `train_path`, and `test_paths` (comma-separated; each named by `benchmark_name`, read
     with the preset of that name when there is one); checked by `config.validate`. A
     preset alone reads its own files from the project's `data/` (`task.preset=math500`
     evaluates on MATH500; its training set is empty unless the folder has `train.jsonl`
-    or `train_path` is given)."""
+    or `train_path` is given). Of the training file, the rows of `shard`; the test sets
+    whole."""
     spec = JSONL_PRESETS.get(t.preset) or JsonlSpec(t.question_field, t.answer_field, t.answer_from)
     train_path, test_paths = t.train_path, t.test_paths
     if t.preset and not (train_path and test_paths):  # the preset's own files fill the gaps
@@ -385,4 +431,4 @@ def jsonl_task(t, seed: int):
         if name in test:
             raise ValueError(f"task.test_paths: two test sets are named {name!r} ({path})")
         test[name] = read_problems(path, JSONL_PRESETS.get(name, spec))
-    return (read_problems(train_path, spec) if train_path else []), test
+    return (read_problems(train_path, spec, shard=shard) if train_path else []), test

@@ -51,6 +51,7 @@ methods that both steer are a config error.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 import warnings
@@ -146,6 +147,13 @@ class ASE(Explorer):
 
     def plan(self, state, plan: RolloutPlan, ctx: StepContext, rng) -> RolloutPlan:
         return self._route(state, plan, rng)
+
+    def step_shape(self, shape):
+        """Each (problem, route) is prefilled once: up to min(K + 1, G) prompt rows a
+        problem (G when every row has its own vector)."""
+        g = self.run_config.rollout.group_size
+        per = g if self.config.routing == "unstructured" else len(set(routes(g, self.config.k)))
+        return dataclasses.replace(shape, prompts=shape.prompts * per)
 
     def eval_plan(self, state, plan: RolloutPlan, ctx: StepContext) -> RolloutPlan:
         if not self.config.at_eval:

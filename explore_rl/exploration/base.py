@@ -1,6 +1,6 @@
 """How exploration methods plug into the trainer: the Explorer protocol and its registry.
 
-An explorer acts at three points of a step (DESIGN.md, "Contracts"):
+An explorer acts at three points of a step:
 
 - `plan`: before sampling, it edits the `RolloutPlan` (`rl/plan.py`) of the batch: the
   per-row, per-position temperature table (a product of factors: the config's base
@@ -31,6 +31,7 @@ Dimension letters: Q problems, G rollouts per problem, B = Q x G rows, T respons
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -54,7 +55,7 @@ class StepContext:
     tok: Any  # Tokenizer
     config: ConfigDict
     step: int
-    train_set: list = dataclasses.field(default_factory=list)
+    train_set: Sequence = ()  # a list, or the run's `data.sharded.Problems`
     verifier: Any = None  # rewards.math.Verifier
     workdir: str | None = None
     settings: Any = None  # rollout.RolloutSettings of the run (for an explorer's own rollouts)
@@ -110,6 +111,12 @@ class Explorer:
 
     def shape(self, state, rollouts, advantages, weights, ctx: StepContext) -> Shaped:
         return Shaped(advantages, weights, state, {})
+
+    def step_shape(self, shape):
+        """The step's sizes with this method on (`rl.footprint.StepShape`), at their
+        largest, for the memory estimate made at start: more prompt rows to prefill, longer
+        prompts. Default: unchanged."""
+        return shape
 
 
 def register(name: str):
@@ -167,6 +174,13 @@ def rewards(explorers, states: dict, rollouts, r: np.ndarray, ctx: StepContext) 
     for ex in explorers:
         r = ex.rewards(states[ex.name], rollouts, r, ctx)
     return r
+
+
+def step_shape(explorers, shape):
+    """The step's sizes after every explorer in turn (`Explorer.step_shape`)."""
+    for ex in explorers:
+        shape = ex.step_shape(shape)
+    return shape
 
 
 def shape(explorers, states: dict, rollouts, advantages, weights, ctx: StepContext):

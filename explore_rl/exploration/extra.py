@@ -49,6 +49,7 @@ ExTra (both).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import time
 import warnings
@@ -64,6 +65,7 @@ from explore_rl.exploration.base import Explorer, Shaped, StepContext, register
 from explore_rl.hoststate import HostState
 from explore_rl.rl.plan import RolloutPlan
 from explore_rl.rl.train_step import readout
+from explore_rl.sampling.sampler import bucket
 
 FEATURES = ("minilm", "ngram", "hidden")
 NGRAM_DIM = 4096  # hashed 4-gram buckets
@@ -143,6 +145,13 @@ class ExTra(Explorer):
             self.name: {"guided": rows, "taken": np.full(b, k, np.int32)},
         }
         return plan.replace(problems=plan.problems[: q - k] + guided, info=info)
+
+    def step_shape(self, shape):
+        """A guided prompt carries a prefix of a response (shorter than one): prompts up to
+        a response longer, in the rollout and in the update."""
+        if not self.config.regen:
+            return shape
+        return dataclasses.replace(shape, prompt_len=bucket(shape.prompt_len + shape.new_tokens))
 
     # ------------------------------------------------------------------ rewards and shape
 

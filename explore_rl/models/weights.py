@@ -1,9 +1,10 @@
 """Checkpoints -> params: HF safetensors folders and GGUF files, streamed tensor by tensor.
 
 A GGUF file is converted once to an HF folder in the user's cache (`gguf_as_hf_folder`),
-so every load reads safetensors. Each tensor is read (memory-mapped), put in our
-layout, cast to `cfg.param_dtype` and placed on device with the sharding `place` chooses
-for its path, before the next one is read: a 7B model never needs two host copies.
+so every load reads safetensors. Each tensor is memory-mapped, viewed in our layout, and
+placed on device with the sharding `place` chooses for its path, cast to
+`cfg.param_dtype`, before the next one is read: a 7B model never needs two host copies,
+and a process of a multi-host run converts only the slices its own devices hold.
 
 Our layout (see `transformer.init_params`): q/k/v [D, heads, H], o [N, H, D],
 gate/up [D, F], down [F, D], lm_head [D, V]; HF stores every projection as [out, in].
@@ -65,7 +66,9 @@ _HF_TOP = {n: h for n, h, _ in _TOP_NAMES}
 _GGUF_LAYER = {n: g for n, _, g in _LAYER_NAMES}
 _GGUF_TOP = {n: g for n, _, g in _TOP_NAMES}
 
-Place = Callable[[tuple, np.ndarray], jax.Array]
+# place(path, w, dtype): w (a memory-mapped view, in our layout) as a device array of
+# `dtype`; a placer that shards it converts only the slices its devices hold.
+Place = Callable[[tuple, np.ndarray, np.dtype], jax.Array]
 
 
 def _to_layout(name: str, w: np.ndarray, shape: tuple) -> np.ndarray:
@@ -93,8 +96,8 @@ def _expected(cfg: ModelConfig) -> list[tuple[tuple, str, tuple]]:
     return out
 
 
-def default_place(path: tuple, w: np.ndarray) -> jax.Array:
-    return jax.device_put(w)
+def default_place(path: tuple, w: np.ndarray, dtype) -> jax.Array:
+    return jax.device_put(np.asarray(w, dtype=dtype))
 
 
 def _assemble(
@@ -113,7 +116,7 @@ def _assemble(
                 f"{source}: tensor for {'/'.join(map(str, path))} has shape {raw.shape}, "
                 f"the config expects {shape} (checkpoint and config do not match)"
             ) from None
-        arr = place(path, np.asarray(w, dtype=dtype))
+        arr = place(path, w, dtype)
         if path[0] == "layers":
             params["layers"][path[1]][name] = arr
         else:
@@ -465,10 +468,8 @@ def random_params(cfg: ModelConfig, seed: int = 0, place: Place | None = None) -
     params = init_params(cfg, jax.random.key(seed))
     if place is None:
         return params
-    return jax.tree_util.tree_map_with_path(
-        lambda p, w: place(tuple(getattr(k, "key", getattr(k, "idx", None)) for k in p), w),
-        params,
-    )
+    path = lambda p: tuple(getattr(k, "key", getattr(k, "idx", None)) for k in p)  # noqa: E731
+    return jax.tree_util.tree_map_with_path(lambda p, w: place(path(p), w, w.dtype), params)
 
 
 def load_random(path: str, preset: str, seed: int = 0, place: Place | None = None, **cfg_overrides):

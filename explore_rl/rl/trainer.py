@@ -12,11 +12,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +32,7 @@ from explore_rl import checkpoint as checkpoint_lib
 from explore_rl import config as config_lib
 from explore_rl import memory, parallel
 from explore_rl.checkpoint import Checkpointer
+from explore_rl.data import sharded, tasks
 from explore_rl.evaluation import metrics as metrics_lib
 from explore_rl.evaluation.evaluate import evaluate
 from explore_rl.exploration import base as exploration
@@ -70,7 +73,7 @@ class Run:
     config: ConfigDict
     cfg: object  # ModelConfig
     tok: object  # Tokenizer
-    train_set: list
+    train_set: Sequence  # sharded.Problems: the file's rows, each process holding its shard
     test_sets: dict  # {benchmark: problems}
     optimizer: object
     verifier: Verifier
@@ -86,21 +89,31 @@ class Run:
 
     @classmethod
     def create(cls, c, cfg, tok, verifier, workdir=None, ref_params=None, mesh=None) -> Run:
-        """The run of config `c`: its problems, optimizer, keys and explorers."""
-        train_set, test_sets = config_lib.load_problems(c)
+        """The run of config `c`: its problems (each process reads its shard of the
+        training file), optimizer, keys and explorers."""
         settings = config_lib.rollout_settings(c, tok)
         fit = functools.partial(  # over-long prompts found now, not at the step drawing one
             rollout_lib.fit_prompts, tok, fmt=settings.prompt, max_len=settings.max_prompt_len,
             policy=c.task.long_prompts,
         )  # fmt: skip
-        train_set, longest = fit(train_set, name="train")
-        test_sets = {name: fit(problems, name=name)[0] for name, problems in test_sets.items()}
+        shard = tasks.Shard(jax.process_index(), jax.process_count())
+        local, test_sets, longest, error = [], {}, 0, None
+        try:
+            local, test_sets = config_lib.load_problems(c, shard)
+            name = "train" if shard.count == 1 else f"train (process {shard.index}'s shard)"
+            local, longest = fit(local, name=name)
+            test_sets = {n: fit(problems, name=n)[0] for n, problems in test_sets.items()}
+        except ValueError as e:
+            if shard.count == 1:
+                raise
+            error = str(e)  # said by every process: none is left waiting for this one
+        joined = sharded.Problems.join(local, shard, parallel.allgather_bytes, longest, error)
         key, eval_key = jax.random.split(jax.random.key(c.seed))
         return cls(
             config=c,
             cfg=cfg,
             tok=tok,
-            train_set=train_set,
+            train_set=joined.problems,
             test_sets=test_sets,
             optimizer=make_optimizer(config_lib.optim_config(c)),
             verifier=verifier,
@@ -111,7 +124,7 @@ class Run:
             workdir=workdir,
             mesh=mesh,
             settings=settings,
-            longest_prompt=longest,
+            longest_prompt=joined.longest,
         )
 
     def context(self, params, step: int) -> exploration.StepContext:
@@ -128,13 +141,15 @@ class Run:
         )
 
 
-def stream(problems: list, seed: int, position: int, n: int) -> list:
+def stream(problems, seed: int, position: int, n: int) -> list:
     """n problems from `position` of an endless stream: one seeded shuffle per epoch."""
-    out = []
+    orders, indices = {}, []
     for i in range(position, position + n):
         epoch, j = divmod(i, len(problems))
-        out.append(problems[np.random.default_rng([seed, epoch]).permutation(len(problems))[j]])
-    return out
+        if epoch not in orders:  # one shuffle a call, not one per problem drawn
+            orders[epoch] = np.random.default_rng([seed, epoch]).permutation(len(problems))
+        indices.append(orders[epoch][j])
+    return sharded.take(problems, indices)
 
 
 def collect(run: Run, progress: Progress, step: int):
@@ -275,15 +290,20 @@ def start(c, workdir: str, verifier: Verifier):
     memory.trim_after_compiles()
     mesh = config_lib.mesh(c)
     cfg, tok = config_lib.model_spec(c)
+    if cfg.param_dtype == "bfloat16":  # bfloat16 keeps 8 significant bits
+        logging.warning(
+            "model.param_dtype=bfloat16: an optimizer step of ~optim.lr=%g is rounded away "
+            "on every weight above ~%.2g; train float32 weights (model.dtype=bfloat16 keeps "
+            "the matmuls in bfloat16)", c.optim.lr, 256 * c.optim.lr,
+        )  # fmt: skip
     run = Run.create(c, cfg, tok, verifier, workdir, mesh=mesh)
     if not run.train_set:
         raise ValueError(
             f"task {config_lib.task_name(c)!r} has no training problems: set task.train_path "
             "(a preset whose data/ folder has no train.jsonl is a test set only)"
         )
-    run.memory_estimate = footprint.estimate(
-        cfg, mesh, run.optimizer, step_shape(c, run.longest_prompt), bool(c.rl.kl_coef)
-    )
+    shape = exploration.step_shape(run.explorers, step_shape(c, run.longest_prompt))
+    run.memory_estimate = footprint.estimate(cfg, mesh, run.optimizer, shape, bool(c.rl.kl_coef))
     if parallel.is_main_process():
         print(run.memory_estimate.summary(), file=sys.stderr)
     if c.train.check_memory:  # before the weights are read
@@ -295,7 +315,7 @@ def start(c, workdir: str, verifier: Verifier):
     progress = Progress(
         parallel.create(init_state, mesh, params, run.optimizer), jnp.zeros((), jnp.int32), states
     )
-    progress = parallel.place(progress, mesh)  # the host-made leaves (position, explorers)
+    progress = _placed(progress, mesh)
     if step:
         progress = ckpt.restore(step, progress)
     return run, progress, ckpt
@@ -492,8 +512,18 @@ def train_one_step(run: Run, progress: Progress, step: int):
     }
     progress = Progress(state, jnp.asarray(position, jnp.int32), states)
     if run.mesh is not None:  # host-made leaves onto the mesh (the checkpoint is global)
-        progress = parallel.place(progress, run.mesh)
+        progress = _placed(progress, run.mesh)
     return progress, metrics, ro
+
+
+def _placed(progress: Progress, mesh: Mesh) -> Progress:
+    """The train state on the sharding rules; the data position and the explorers' states
+    whole on every device (hosts read them back)."""
+    return progress.replace(
+        state=parallel.place(progress.state, mesh),
+        data_position=parallel.replicate(progress.data_position, mesh),
+        explorers=parallel.replicate(progress.explorers, mesh),
+    )
 
 
 def _arrays(state):
