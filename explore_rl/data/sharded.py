@@ -10,8 +10,8 @@ draws them (`take`), a few kilobytes a step.
 every process must call `join` and `take` alike, in the same order, as with any
 collective.
 
-    local = tasks.get("jsonl")(c.task, c.seed, Shard(p, P))[0]
-    problems = Problems.join(local, Shard(p, P), parallel.allgather_bytes)
+    local, _ = tasks.load("jsonl", c.task, c.seed, Shard(p, P))
+    problems = Problems.join(local, Shard(p, P), parallel.allgather_bytes).problems
     problems.take([7, 3])  # on every process: the same two Problems
 """
 
@@ -84,11 +84,6 @@ class Problems(Sequence):
         if isinstance(i, slice):
             return self.take(range(len(self))[i])
         return self.take([i])[0]
-
-    @property
-    def local(self) -> list[Problem]:
-        """The problems this process read."""
-        return list(self._local.values())
 
     def take(self, indices) -> list[Problem]:
         """The problems at `indices` (of the whole file's usable rows), on every process."""
