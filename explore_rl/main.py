@@ -137,7 +137,13 @@ def main(argv):
     except (ValueError, OSError) as e:  # bad input, a full disk: one line that names it
         if _TRACEBACK.value or not _raised_here(e):
             raise
-        _say_last(f"error: {e}  (--traceback for the trace)")
+        from explore_rl.checkpoint import SaveFailed
+
+        line = f"error: {e}  (--traceback for the trace)"
+        if isinstance(e, SaveFailed):  # Orbax's threads may report the write again
+            _say_last(line)
+        else:
+            print(line, file=sys.stderr)
         sys.exit(2)
 
 
@@ -145,6 +151,7 @@ def _say_last(line: str) -> None:
     """`line` as the last words on stderr, on a line of its own: what a library's threads
     (a failed checkpoint write's) still write while the process ends is discarded, and a
     line of theirs left half-written does not run into it."""
+    sys.stdout.flush()
     sys.stderr.flush()
     err = os.dup(2)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)

@@ -252,8 +252,9 @@ def replicate(tree, mesh: Mesh):
 
 def placer(mesh: Mesh):
     """A `place(path, array, dtype)` for the weight loaders: each tensor goes straight to
-    its shards as it is read, and only the slices of this process's devices are read and
-    cast (a memory-mapped file is not read whole by every host)."""
+    its shards as it is read, and a host casts and holds only its own devices' slices of
+    it (a slice across a tensor's inner dimension still touches most of its pages in the
+    file: the page cache reads them, the host keeps only the slice)."""
     sizes = dict(mesh.shape)
 
     def put(path: tuple, w, dtype) -> jax.Array:

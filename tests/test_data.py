@@ -248,16 +248,19 @@ def test_over_long_prompts_are_found_when_the_data_is_loaded(caplog):
     tok = weights.load_tokenizer("embedded")
     c = config_lib.load("configs/grpo.py:smoke")
     fmt = config_lib.prompt_format(c)
-    problems = [tasks.Problem(q, "1") for q in ("1+0?", "word " * 40 + "?", "2+0?")]
+    questions = ("1+0?", "word " * 40 + "?", "2+0?")
+    problems = [tasks.Problem(q, "1", row=i) for i, q in enumerate(questions)]
     width = max(len(tok.encode(fmt.text(tok, p.question))) for p in problems[::2])
     with caplog.at_level("WARNING"):
         kept, longest = fit_prompts(tok, problems, fmt, width, "skip", "train")
     assert kept == problems[::2] and longest == width
     assert "train: 1 of 3 prompts are longer than rollout.max_prompt_len" in caplog.text
-    with pytest.raises(ValueError, match=r"train problem 1 \(of its usable rows\) has a \d+-token"):
+    with pytest.raises(ValueError, match=r"train problem 1 \(of its usable rows; row 1 of the "):
         fit_prompts(tok, problems, fmt, width, "error", "train")
     with pytest.raises(ValueError, match=r"test: every prompt is longer than rollout.max_prompt"):
         fit_prompts(tok, problems, fmt, 3, "skip", "test")
+    # one process's shard: none fitting is for the run to judge, with every shard's rows
+    assert fit_prompts(tok, problems, fmt, 3, "skip", "train", whole=False) == ([], 0)
     c.task.template_kwargs = "{enable_thinking: false}"
     with pytest.raises(ValueError, match="task.template_kwargs=.*not JSON"):
         config_lib.validate(c)

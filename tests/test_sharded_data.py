@@ -27,9 +27,10 @@ def _files(tmp_path) -> dict:
     table = pa.Table.from_pylist(ROWS)
     folder = tmp_path / "folder"
     folder.mkdir()
-    with pa.OSFile(str(folder / "data.arrow"), "wb") as sink:  # datasets' layout, 3 batches
+    # datasets' layout; batches of 2 rows: some hold no row of a shard of 3 or 4
+    with pa.OSFile(str(folder / "data.arrow"), "wb") as sink:
         with pa.ipc.new_stream(sink, table.schema) as writer:
-            for batch in table.to_batches(max_chunksize=5):
+            for batch in table.to_batches(max_chunksize=2):
                 writer.write_batch(batch)
     (folder / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data.arrow"}]}))
     return {n: str(tmp_path / n) for n in ("d.jsonl", "d.json", "d.parquet", "folder")}
@@ -39,11 +40,12 @@ def test_shards_partition_every_format_by_row(tmp_path):
     for name, path in _files(tmp_path).items():
         whole = tasks.read_problems(path, SPEC)
         assert len(whole) == 12, name  # row 4 (and the torn line) skipped
-        shards = [tasks.read_problems(path, SPEC, shard=tasks.Shard(p, 3)) for p in range(3)]
-        for p, shard in enumerate(shards):
-            assert all(x.row % 3 == p for x in shard), name
-        joined = sorted((x for s in shards for x in s), key=lambda x: x.row)
-        assert joined == whole and [x.row for x in joined] == [x.row for x in whole], name
+        for n in (3, 4):
+            shards = [tasks.read_problems(path, SPEC, shard=tasks.Shard(p, n)) for p in range(n)]
+            for p, shard in enumerate(shards):
+                assert all(x.row % n == p for x in shard), name
+            joined = sorted((x for s in shards for x in s), key=lambda x: x.row)
+            assert joined == whole and [x.row for x in joined] == [x.row for x in whole], name
 
 
 def _as_processes(n: int, fn) -> list:
@@ -105,8 +107,10 @@ def test_an_error_of_one_shard_is_raised_by_every_process(tmp_path):
         with pytest.raises(ValueError, match=r"^process 1: .*train.jsonl: line 3: no field 'q'"):
             raise result
     problems = [tasks.Problem("What is 1 + 1?", "2"), tasks.Problem("What is 2 + 2?", "4")]
-    with pytest.raises(ValueError, match="1 training problems share a `row`"):
+    with pytest.raises(ValueError, match="problems 1 share a `row` and 0 are another shard's"):
         Problems.join(problems)  # a task that took `shard` but numbered no row
+    with pytest.raises(ValueError, match="process 0: .* 0 share a `row` and 1 are another"):
+        Problems.join(problems[1:], tasks.Shard(1, 2))  # row 0 is shard 0's
 
 
 def test_the_stream_is_one_seeded_shuffle_per_epoch():

@@ -64,10 +64,12 @@ class Problems(Sequence):
         shard could not be read) is raised by every process, so none waits for the others
         in a later collective."""
         rows = [p.row for p in local]
-        if error is None and len(set(rows)) < len(rows):
+        shared, foreign = len(rows) - len(set(rows)), sum(not shard.owns(r) for r in rows)
+        if error is None and (shared or foreign):
             error = (
-                f"{len(rows) - len(set(rows))} training problems share a `row`: a task that "
-                "takes `shard` gives each problem the row of the dataset it came from"
+                f"of the task's training problems {shared} share a `row` and {foreign} are "
+                "another shard's: a task that takes `shard` returns the rows that shard "
+                "owns, each problem with its row of the dataset"
             )
         mine = {"rows": rows, "longest": longest, "error": error}
         every = [json.loads(b) for b in gather(json.dumps(mine).encode())]

@@ -39,7 +39,7 @@ from explore_rl.rewards.math import after_hash, last_boxed
 
 # `task.name` -> f(task section, seed) -> (train problems, {benchmark: problems}); a new
 # task may be its own module explore_rl/data/<name>.py. A task that takes `shard` returns
-# only that shard's training problems, each with its `row` (see `load`).
+# only the training problems of the rows that shard owns, each with its `row` (`load`).
 TASKS = Registry("task.name", package="explore_rl.data")
 register, get = TASKS.register, TASKS.get
 
@@ -289,6 +289,8 @@ def read_rows(path: str, shard: Shard = WHOLE):
 def _owned(batch, first: int, shard: Shard):
     """The rows of an Arrow record batch (rows first, first + 1, ...) that `shard` owns."""
     mine = [j for j in range(batch.num_rows) if shard.owns(first + j)]
+    if not mine:  # a batch shorter than the shard count may hold none (Arrow cannot take [])
+        return
     rows = batch.take(mine).to_pylist() if len(mine) < batch.num_rows else batch.to_pylist()
     yield from ((first + j, f"row {first + j}", r) for j, r in zip(mine, rows))
 
@@ -312,8 +314,8 @@ def read_problems(
     """Problems from a dataset file or folder (`read_rows`), of the rows `shard` owns. A
     missing field is an error naming the row (the spec, not the row, is wrong); a JSONL
     line that is not JSON and a row with an empty question or answer are skipped with a
-    warning naming them (an error when `strict`, or when no row of the whole file is
-    usable): real files have a few (gaokao2023en line 168)."""
+    warning naming them (an error when `strict`, or, read whole, when no row is usable):
+    real files have a few (gaokao2023en line 168)."""
     if spec.answer_from not in ("field", "hash", "boxed", "list"):
         raise ValueError(f"answer_from={spec.answer_from!r}: allowed field, hash, boxed, list")
     if not os.path.exists(path):

@@ -66,8 +66,9 @@ _HF_TOP = {n: h for n, h, _ in _TOP_NAMES}
 _GGUF_LAYER = {n: g for n, _, g in _LAYER_NAMES}
 _GGUF_TOP = {n: g for n, _, g in _TOP_NAMES}
 
-# place(path, w, dtype): w (a memory-mapped view, in our layout) as a device array of
-# `dtype`; a placer that shards it converts only the slices its devices hold.
+# place(path, w, dtype): w (a memory-mapped view in our layout; a device array for random
+# weights) as a device array of `dtype`; a placer that shards it casts only the slices
+# its devices hold.
 Place = Callable[[tuple, np.ndarray, np.dtype], jax.Array]
 
 

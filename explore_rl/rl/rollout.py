@@ -72,22 +72,30 @@ def encode(tok: Tokenizer, problems: list[Problem], fmt: PromptFormat, max_len: 
 
 
 def fit_prompts(
-    tok: Tokenizer, problems: list[Problem], fmt: PromptFormat, max_len: int, policy: str, name: str
+    tok: Tokenizer,
+    problems: list[Problem],
+    fmt: PromptFormat,
+    max_len: int,
+    policy: str,
+    name: str,
+    whole: bool = True,
 ) -> tuple[list[Problem], int]:
     """The problems whose prompt fits `max_len` tokens, checked once when the data is loaded
     rather than at the step that draws one: policy "skip" drops the others with a warning
     that counts them, "error" names the first (as verl's filter_overlong_prompts). Also the
-    longest kept prompt, in tokens (what sizes a run's caches)."""
+    longest kept prompt, in tokens (what sizes a run's caches). Not `whole` (one process's
+    shard of a file): none fitting is not an error here, the run checks the whole."""
     lengths = [len(tok.encode(fmt.text(tok, p.question))) for p in problems]
     long = [i for i, n in enumerate(lengths) if n + len(problems[i].prefix) > max_len]
     if long and policy == "error":
         i = long[0]
         raise ValueError(
-            f"{name} problem {i} (of its usable rows) has a {lengths[i]}-token prompt, more "
+            f"{name} problem {i} (of its usable rows; row {problems[i].row} of the file) has "
+            f"a {lengths[i]}-token prompt, more "
             f"than rollout.max_prompt_len={max_len} ({len(long)} such; task.long_prompts="
             f"'skip' drops them): {problems[i].question[:80]!r}"
         )
-    if problems and len(long) == len(problems):
+    if whole and problems and len(long) == len(problems):
         raise ValueError(
             f"{name}: every prompt is longer than rollout.max_prompt_len={max_len} tokens "
             f"(the shortest has {min(lengths)})"

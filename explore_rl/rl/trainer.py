@@ -101,12 +101,12 @@ class Run:
         try:
             local, test_sets = config_lib.load_problems(c, shard)
             name = "train" if shard.count == 1 else f"train (process {shard.index}'s shard)"
-            local, longest = fit(local, name=name)
+            local, longest = fit(local, name=name, whole=shard.count == 1)
             test_sets = {n: fit(problems, name=n)[0] for n, problems in test_sets.items()}
-        except ValueError as e:
+        except Exception as e:  # noqa: BLE001 - said by every process, none left waiting
             if shard.count == 1:
                 raise
-            error = str(e)  # said by every process: none is left waiting for this one
+            error = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
         joined = sharded.Problems.join(local, shard, parallel.allgather_bytes, longest, error)
         key, eval_key = jax.random.split(jax.random.key(c.seed))
         return cls(
@@ -300,7 +300,9 @@ def start(c, workdir: str, verifier: Verifier):
     if not run.train_set:
         raise ValueError(
             f"task {config_lib.task_name(c)!r} has no training problems: set task.train_path "
-            "(a preset whose data/ folder has no train.jsonl is a test set only)"
+            "(a preset whose data/ folder has no train.jsonl is a test set only), or check "
+            "that some of its rows have a question and an answer and fit "
+            "rollout.max_prompt_len"
         )
     shape = exploration.step_shape(run.explorers, step_shape(c, run.longest_prompt))
     run.memory_estimate = footprint.estimate(cfg, mesh, run.optimizer, shape, bool(c.rl.kl_coef))
