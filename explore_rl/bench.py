@@ -305,12 +305,17 @@ def bench_step(args) -> dict:
     }
 
 
+def _device_peak_bytes() -> int | None:
+    """The device's peak memory in use so far (GPU / TPU); None on CPU."""
+    return (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use")
+
+
 def _peak_memory_gib() -> float:
     """The device's peak memory in use (GPU / TPU), else this process's peak RSS (CPU):
     the process's peak so far, so `scale` runs its presets smallest first."""
-    stats = jax.devices()[0].memory_stats() or {}
-    if "peak_bytes_in_use" in stats:
-        return round(stats["peak_bytes_in_use"] / 2**30, 2)
+    peak = _device_peak_bytes()
+    if peak is not None:
+        return round(peak / 2**30, 2)
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
 
 
@@ -516,14 +521,13 @@ def bench_memory(args) -> dict:
         section = functools.reduce(getattr, path, c)
         old = getattr(section, name)
         setattr(section, name, value if isinstance(old, str) else type(old)(json.loads(value)))
-    stats = jax.local_devices()[0].memory_stats() or {}
-    before = 0 if "peak_bytes_in_use" in stats else _rss_bytes()
+    before = 0 if _device_peak_bytes() is not None else _rss_bytes()
     with (
         tempfile.TemporaryDirectory() as workdir,
         config_lib.verifier(c) as verifier,
-        parallel.use(config_lib.mesh(c)),
+        parallel.use(mesh := config_lib.mesh(c)),
     ):
-        run, progress, _ = trainer.start(c, workdir, verifier)
+        run, progress, _ = trainer.start(c, workdir, verifier, mesh)
         for step in range(args.steps):
             if step == args.steps - 1 and before:  # the compiler's heap is not the run's
                 memory.trim()
@@ -531,7 +535,7 @@ def bench_memory(args) -> dict:
             progress, _, _ = trainer.train_one_step(run, progress, step)
         jax.block_until_ready(progress)
     estimate = run.memory_estimate
-    measured = _rss_bytes("VmHWM") - before if before else _peak_memory_gib() * 2**30
+    measured = _rss_bytes("VmHWM") - before if before else _device_peak_bytes()
     return {
         "bench": "memory",
         "config": args.config,

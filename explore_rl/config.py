@@ -312,10 +312,8 @@ def load_params(c: ConfigDict, cfg, place=None) -> dict:
 
 def load_policy(c: ConfigDict, place=None):
     """(params, ModelConfig, Tokenizer): a checkpoint, or random weights of a preset."""
-    dtypes = dict(param_dtype=c.model.param_dtype, dtype=c.model.dtype)
-    if c.model.random_init:
-        return weights.load_random(c.model.path, c.model.random_init, c.seed, place, **dtypes)
-    return weights.load_model(c.model.path, place, **dtypes)
+    cfg, tok = model_spec(c)
+    return load_params(c, cfg, place), cfg, tok
 
 
 def wandb_settings(c: ConfigDict, resolved: ConfigDict) -> dict | None:

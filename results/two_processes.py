@@ -7,7 +7,6 @@ two processes and the one process of the same mesh (none, when they agree).
 """
 
 import argparse
-import json
 import os
 import socket
 import statistics
@@ -15,13 +14,10 @@ import subprocess
 import sys
 import tempfile
 
+from explore_rl.logs import read_metrics
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMES = ("time/rollout_s", "time/pi_old_s", "time/update_s")
-
-
-def _rows(workdir: str) -> list[dict]:
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
 
 
 def _timing(key: str) -> bool:
@@ -67,11 +63,11 @@ def main():
     if any(p.wait() for p in procs):
         sys.exit("the two-process run failed")
     for name in (*runs, "2 processes"):
-        rows = _rows(os.path.join(out, name))[1:]  # the first step compiles
+        rows = read_metrics(os.path.join(out, name))[1:]  # the first step compiles
         seconds = {k: statistics.mean(r[k] for r in rows) for k in TIMES}
         parts = " + ".join(f"{seconds[k]:.3f}" for k in TIMES)
         print(f"{name}: rollout + pi_old + update = {parts} = {sum(seconds.values()):.3f} s")
-    same, two = _rows(os.path.join(out, "1 process, 2 devices")), _rows(workdir)
+    same, two = read_metrics(os.path.join(out, "1 process, 2 devices")), read_metrics(workdir)
     for a, b in zip(same, two):
         differ = {k: (a[k], b.get(k)) for k in a if not _timing(k) and a[k] != b.get(k)}
         print(f"step {a['step']}: values that differ between the two processes and one: {differ}")

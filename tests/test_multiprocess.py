@@ -11,6 +11,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+from conftest import run_main
 
 from configs import ase
 from explore_rl import config as config_lib
@@ -87,12 +88,9 @@ def test_two_processes_train_like_one_and_resume(tmp_path):
     launch(two, steps=2)  # the same two processes resume step 1's checkpoint
     # the reference: one process holding the same mesh of two devices (fake CPU ones)
     one = tmp_path / "one"
-    subprocess.run(
-        [sys.executable, "-m", "explore_rl.main", *SMOKE, f"--workdir={one}",
-         "--config.train.steps=2"],
-        env=dict(ENV, XLA_FLAGS="--xla_force_host_platform_device_count=2"),
-        check=True, capture_output=True,
-    )  # fmt: skip
+    out = run_main(*SMOKE, f"--workdir={one}", "--config.train.steps=2",
+                   env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
     a, b = final_state(one), final_state(two)
     assert int(b.state.step) == int(a.state.step) > 0
     for x, y in zip(jax.tree.leaves(a.state.params), jax.tree.leaves(b.state.params)):

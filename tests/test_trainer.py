@@ -262,8 +262,6 @@ def test_a_bfloat16_run_trains_and_logs(tmp_path, caplog):
     c.train.steps, c.train.eval_every, c.optim.lr = 1, 0, 1e-6
     progress = trainer.train(c, str(tmp_path))
     assert "~optim.lr=1e-06 is rounded away on every weight above ~0.00026" in caplog.text
-    w = jax.numpy.asarray(0.02, jax.numpy.bfloat16)
-    assert w + jax.numpy.asarray(1e-6, jax.numpy.bfloat16) == w  # what it warns of
     assert jax.tree.leaves(progress.state.params)[0].dtype == jax.numpy.bfloat16
     (row,) = read_metrics(str(tmp_path))
     assert np.isfinite(row["train/loss"]) and np.isfinite(row["train/grad_norm"])

@@ -209,7 +209,8 @@ def _train_step(state, batch, clips, cfg, lc, oc, optimizer):
     # the gradient accumulator lives where the params do (sharded, not gathered)
     zeros = parallel.constrain_params(jax.tree.map(jnp.zeros_like, state.params))
     shapes = jax.eval_shape(lambda: grad_fn(state.params, cfg, lc, group_slice(batch, m, 0), n))
-    zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes[0][1])
+    # summed and reported in float32, whatever the compute dtype
+    zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), shapes[0][1])
     (loss, metrics, grads), _ = jax.lax.scan(accumulate, (0.0, zero_metrics, zeros), jnp.arange(m))
     metrics = jax.tree.map(lambda v: v / m, metrics)  # per-micro-batch means
     grad_norm = optax.global_norm(grads)

@@ -271,12 +271,13 @@ def update(state, batch: Batch, cfg, c, optimizer):
             mb = group_slice(batch, c.rl.minibatches, i)
             state, m = train_step(state, mb, cfg, lc, oc, optimizer)
             metrics.append(m)
-    # float() first: numpy cannot average bfloat16 device scalars
+    metrics = jax.device_get(metrics)  # one transfer; float(): the loss may be bfloat16
     return state, {k: float(np.mean([float(m[k]) for m in metrics])) for k in metrics[0]}
 
 
-def start(c, workdir: str, verifier: Verifier):
-    """Load everything a run needs; resume from the newest checkpoint if there is one."""
+def start(c, workdir: str, verifier: Verifier, mesh: Mesh | None = None):
+    """Load everything a run needs (on `mesh`, else the config's); resume from the newest
+    checkpoint if there is one."""
     config_lib.validate(c)
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise ValueError(f"--workdir {workdir}: a file, not a folder")
@@ -288,7 +289,7 @@ def start(c, workdir: str, verifier: Verifier):
     if step:  # before anything is loaded: a run of another config is refused now
         _check_same_run(c, workdir)
     memory.trim_after_compiles()
-    mesh = config_lib.mesh(c)
+    mesh = config_lib.mesh(c) if mesh is None else mesh
     cfg, tok = config_lib.model_spec(c)
     if cfg.param_dtype == "bfloat16":  # bfloat16 keeps 8 significant bits
         logging.warning(
@@ -340,8 +341,9 @@ def step_shape(c, longest_prompt: int) -> footprint.StepShape:
 
 
 def train(c, workdir: str):
-    with config_lib.verifier(c) as verifier, parallel.use(config_lib.mesh(c)):
-        return _train(c, workdir, verifier)
+    mesh = config_lib.mesh(c)
+    with config_lib.verifier(c) as verifier, parallel.use(mesh):
+        return _train(c, workdir, verifier, mesh)
 
 
 class Preempted(SystemExit):
@@ -410,8 +412,8 @@ def _check_same_run(c, workdir: str) -> None:
         )
 
 
-def _train(c, workdir: str, verifier: Verifier):
-    run, progress, ckpt = start(c, workdir, verifier)
+def _train(c, workdir: str, verifier: Verifier, mesh: Mesh):
+    run, progress, ckpt = start(c, workdir, verifier, mesh)
     start_step = ckpt.latest_step() or 0
     resolved, main = config_lib.resolved(c), parallel.is_main_process()
     if main:  # one writer in a run of several processes
@@ -519,10 +521,10 @@ def train_one_step(run: Run, progress: Progress, step: int):
 
 
 def _placed(progress: Progress, mesh: Mesh) -> Progress:
-    """The train state on the sharding rules; the data position and the explorers' states
-    whole on every device (hosts read them back)."""
+    """The host-made leaves (the data position, the explorers' states) whole on every device:
+    hosts read them back. The train state already is where the rules put it
+    (`parallel.create`, the update's out shardings)."""
     return progress.replace(
-        state=parallel.place(progress.state, mesh),
         data_position=parallel.replicate(progress.data_position, mesh),
         explorers=parallel.replicate(progress.explorers, mesh),
     )
