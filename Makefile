@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-kernels lint bench clean
 
 demo: $(VENV)/.runtime
 	$(PY) -m explore_rl.main --config configs/grpo.py:demo --workdir runs/demo
@@ -17,6 +17,21 @@ PYTEST_WORKERS ?= 2
 
 test: $(VENV)/.dev
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope --durations=25
+
+# The float comparisons (tests marked `numerics`) again under XLA CPU code of other vector
+# widths: each ISA level rounds sums in another order, as another machine's kernels do (an
+# AVX-512 CPU's against this AVX2 one's), so a tolerance that holds on one CPU only fails
+# here first. CI runs it after `make test`, on the fast ones (the slow ones are end-to-end
+# runs and the GGUF's parity with transformers: NUMERICS=numerics runs them too).
+KERNELS ?= SSE4_2 AVX
+NUMERICS ?= numerics and not slow
+
+test-kernels: $(VENV)/.dev
+	for isa in $(KERNELS); do \
+		echo "== XLA_FLAGS=--xla_cpu_max_isa=$$isa"; \
+		XLA_FLAGS=--xla_cpu_max_isa=$$isa $(PY) -m pytest -q -n $(PYTEST_WORKERS) \
+			--dist loadscope -m "$(NUMERICS)" -p no:cacheprovider || exit 1; \
+	done
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

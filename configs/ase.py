@@ -48,7 +48,7 @@ def get_config(arg: str | None = None):
         c.rl.aggregation = "token_mean"  # Eq. 10: the mean over response tokens
         c.rl.kl_coef, c.rl.entropy_coef = 0.0, 0.0  # App. C.1: no KL, no entropy term
         c.optim.lr, c.optim.weight_decay = 1e-6, 0.01  # lr 1e-6, AdamW wd 0.01
-        c.optim.micro_batches = 4  # memory only: 4 prompts x 8 rollouts per micro-batch
+        base.paper_memory(c)  # memory only: 8 x 80 GB (remat, token budget, slots)
         c.train.steps = 1000  # not stated: ours (~3.7 epochs of 17,390 prompts)
         c.train.eval_every = c.train.checkpoint_every = 100  # App. B: every 100 steps
         c.eval.samples, c.eval.temperature, c.eval.top_p = 8, 0.6, 0.95  # App. B: Mean@8

@@ -7,7 +7,7 @@
 Method configs (configs/grpo.py, ...) start from this one and change values only.
 """
 
-from ml_collections import ConfigDict
+from ml_collections import ConfigDict, config_dict
 
 SCALES = ("smoke", "demo", "paper")  # seconds (tiny random model) | minutes | the seed's run
 
@@ -29,6 +29,17 @@ def parse_arg(arg: str | None, file: str, variants=(), require_variant=False):
     return (others[0] if others else None), (scales[0] if scales else "demo")
 
 
+def paper_memory(c: ConfigDict) -> None:
+    """The memory settings of the papers' lengths (1-4k-token prompts, 3-4k-token
+    responses) on one node of 8 x 80 GB, where the start-up estimate fits them (a test
+    pins it). They change no result: layers recomputed in the backward, the update's
+    micro-batches cut at 65,536 tokens per device (whole groups, sorted by length), and
+    as many decode slots as fit."""
+    c.model.remat = "block"
+    c.optim.micro_batch_tokens = 65536
+    c.rollout.slots = "auto"
+
+
 def get_config(arg: str | None = None) -> ConfigDict:
     c = ConfigDict()
     c.seed = 0  # every random draw of the run derives from (seed, step)
@@ -38,6 +49,12 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.model.random_init = ""  # a preset name: random weights of that shape, the tokenizer of `path`
     c.model.param_dtype = "float32"  # weights in memory: float32 | bfloat16
     c.model.dtype = "float32"  # activations and matmuls: float32 | bfloat16 (logits f32)
+    # Memory at long lengths (results equal up to float rounding; the start-up estimate
+    # models each): attention past `attention_block` queries in tiles, never [T, S] scores
+    c.model.attention = "auto"  # auto | dense | blockwise
+    c.model.attention_block = 512  # tokens per attention tile
+    c.model.remat = "none"  # recompute each layer in the backward: none | block | dots
+    c.model.logits_chunk = 128  # positions of a row whose [*, vocab] logits are held at once
 
     c.task = ConfigDict()
     c.task.name = "arithmetic"  # a registered task: arithmetic (in code) | jsonl (dataset files)
@@ -85,7 +102,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # slots, refilled with waiting rows as rows finish; 0 = every row of a batch at once
     # (one prefill, one loop: fastest when all fits). Fewer slots than rows pay off when
     # response lengths are long-tailed, and bound the KV cache to slots x length.
-    c.rollout.slots = 0
+    # "auto": the most slots, up to every row, that the memory estimate fits on a device
+    c.rollout.slots = config_dict.FieldReference(0, field_type=object)  # a number or "auto"
     c.rollout.decode_chunk = 16  # decode steps between refills of finished slots
 
     c.rl = ConfigDict()
@@ -124,6 +142,9 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.optim.eps = 1e-8  # Adam epsilon
     c.optim.max_grad_norm = 1.0  # clip by global norm
     c.optim.micro_batches = 1  # gradient accumulation within a minibatch (whole groups)
+    # or micro-batches cut by a token budget per device (verl's dynamic batch size: groups
+    # sorted by length, rows cut to each micro-batch's longest); 0 = optim.micro_batches
+    c.optim.micro_batch_tokens = 0
 
     c.mesh = ConfigDict()
     c.mesh.data = 1  # data-parallel axis size

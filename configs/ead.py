@@ -35,7 +35,7 @@ def get_config(arg: str | None = None):
         c.rl.aggregation = "token_mean"  # the DAPO framework: token-level loss
         c.rl.kl_coef, c.rl.entropy_coef = 0.0, 0.0  # the DAPO framework: no KL, no bonus
         c.optim.lr = 1e-6  # Table 1 (Sec. 5.3: 2e-6 was best for Qwen2.5-Math-1.5B, n = 8)
-        c.optim.micro_batches = 64  # memory only: 4 prompts x 8 rollouts per micro-batch
+        base.paper_memory(c)  # memory only: 8 x 80 GB (remat, token budget, slots)
         c.train.steps = 2000  # not stated in seed 003: the GRPO setting's
         c.eval.samples = 16  # Sec. 5.2: Pass@16 and Worst@16
         c.eval.temperature, c.eval.top_p = 1.0, 1.0  # not stated: verl's sampling defaults

@@ -41,7 +41,7 @@ def get_config(arg: str | None = None):
         c.rollout.max_new_tokens = 4096  # App. B: max response 4,096 tokens in training
         c.rl.kl_coef, c.rl.entropy_coef = 0.0, 0.0  # App. B: beta 0, entropy coefficient 0
         c.optim.lr = 3e-6  # App. B: learning rate 3e-6
-        c.optim.micro_batches = 32  # memory only: 4 prompts x 6 rollouts per micro-batch
+        base.paper_memory(c)  # memory only: 8 x 80 GB (remat, token budget, slots)
         c.train.steps = 250  # App. B: 250 training steps
         c.eval.samples = 16  # App. B.6: n = 16, pass@1 and pass@16
         c.eval.temperature, c.eval.top_p = 0.7, 0.9  # App. B.6: temperature 0.7, top-p 0.9

@@ -46,7 +46,7 @@ def get_config(arg: str | None = None):
         c.rl.entropy_coef = 0.001  # seed 000: alpha = 0.001
         c.rl.minibatches = 4  # not stated in seed 000: seed 003's 4 per batch (1024 / 256)
         c.optim.lr = 1e-6  # seed 000: 1e-6
-        c.optim.micro_batches = 8  # memory only: 4 prompts x 16 rollouts per micro-batch
+        base.paper_memory(c)  # memory only: 8 x 80 GB (remat, token budget, slots)
         c.train.steps = 2000  # seed 000: about 2000 steps (10 epochs) for the math models
         c.train.checkpoint_every, c.train.eval_every = 100, 100  # ours
         c.eval.temperature, c.eval.top_p = 0.6, 0.95  # seed 000: Pass@k at T 0.6, top-p 0.95

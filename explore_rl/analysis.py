@@ -51,9 +51,11 @@ PANELS = {
 }
 # fields that do not make two training configurations differ: the seed, evaluation
 # settings, logging and checkpoint cadence, worker counts, the mesh, the memory estimate
+# and the settings that trade memory for time
 IGNORED = re.compile(
     r"^(seed|eval\.|train\.(log_every|checkpoint_every|keep_checkpoints|samples_to_log"
-    r"|check_memory)|reward\.(workers|timeout)|mesh\.|memory\.)"
+    r"|check_memory)|reward\.(workers|timeout)|mesh\.|memory\.|rollout\.(slots|decode_chunk)"
+    r"|model\.(attention|attention_block|remat|logits_chunk)|optim\.micro_batch)"
 )
 
 

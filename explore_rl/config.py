@@ -127,7 +127,11 @@ def validate(c: ConfigDict) -> None:
     )
     per_minibatch = r.prompts // c.rl.minibatches
     _check(
-        per_minibatch % c.optim.micro_batches == 0,
+        c.optim.micro_batch_tokens >= 0,
+        f"optim.micro_batch_tokens={c.optim.micro_batch_tokens}: must be >= 0 (0: by count)",
+    )
+    _check(
+        c.optim.micro_batch_tokens or per_minibatch % c.optim.micro_batches == 0,
         f"optim.micro_batches={c.optim.micro_batches} must divide the {per_minibatch} "
         "prompts of a minibatch",
     )
@@ -235,6 +239,7 @@ def optim_config(c: ConfigDict) -> OptimConfig:
         eps=o.eps,
         max_grad_norm=o.max_grad_norm,
         micro_batches=o.micro_batches,
+        micro_batch_tokens=o.micro_batch_tokens,
     )
 
 
@@ -261,9 +266,15 @@ def prompt_format(c: ConfigDict) -> PromptFormat:
 
 
 def engine_config(c: ConfigDict) -> EngineConfig:
-    """How every generation (training, evaluation, --mode sample) is scheduled."""
+    """How every generation (training, evaluation, --mode sample) is scheduled. Slots
+    "auto" are every row at once here; a training run sizes them at start (`rl.sizing`)."""
+    slots = c.rollout.slots
+    _check(
+        slots == "auto" or (isinstance(slots, int) and not isinstance(slots, bool)),
+        f"rollout.slots={slots!r}: a number of slots (0: every row at once) or 'auto'",
+    )
     try:
-        return EngineConfig(c.rollout.slots, c.rollout.decode_chunk)
+        return EngineConfig(0 if slots == "auto" else slots, c.rollout.decode_chunk)
     except ValueError as e:
         raise ValueError(f"config: rollout.slots / rollout.decode_chunk: {e}") from None
 
@@ -296,10 +307,14 @@ def mesh(c: ConfigDict):
     return parallel.make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor)
 
 
+# model.* settings that say how to run the model, not what it is (ModelConfig fields)
+RUN_SETTINGS = ("param_dtype", "dtype", "attention", "attention_block", "remat", "logits_chunk")
+
+
 def model_spec(c: ConfigDict):
     """(ModelConfig, Tokenizer) of the run's model, no weights read."""
-    dtypes = dict(param_dtype=c.model.param_dtype, dtype=c.model.dtype)
-    return weights.model_spec(c.model.path, c.model.random_init, **dtypes)
+    settings = {k: c.model[k] for k in RUN_SETTINGS}
+    return weights.model_spec(c.model.path, c.model.random_init, **settings)
 
 
 def load_params(c: ConfigDict, cfg, place=None) -> dict:

@@ -155,6 +155,13 @@ def _axis_sizes() -> dict | None:
     return None if mesh.empty or mesh.size == 1 else dict(mesh.shape)
 
 
+def batch_shards(mesh: Mesh | None = None) -> int:
+    """The devices a batch's rows are split over: data x fsdp of `mesh`, else of the mesh
+    in use (`use`), else 1."""
+    sizes = dict(mesh.shape) if mesh is not None else (_axis_sizes() or {})
+    return math.prod(sizes.get(a, 1) for a in BATCH_AXES)
+
+
 def constrain(x, *names):
     """`x` on the rules for its dimensions' logical names, inside jitted code under
     `use(mesh)`; unchanged without a mesh of several devices."""
@@ -192,7 +199,7 @@ def spec(name: str, shape: tuple[int, ...], axis_sizes) -> PartitionSpec:
     return _fallback(shape, axis_sizes.get("fsdp", 1))
 
 
-def _leaf_name(path) -> str:
+def leaf_name(path) -> str:
     """A leaf's parameter name: its innermost dict key ("q" of layers/3/q, or of a moment)."""
     return str(next((p.key for p in reversed(path) if hasattr(p, "key")), ""))
 
@@ -202,7 +209,7 @@ def param_shardings(tree, mesh: Mesh):
     sizes = dict(mesh.shape)
 
     def leaf(path, x):
-        return NamedSharding(mesh, spec(_leaf_name(path), tuple(np.shape(x)), sizes))
+        return NamedSharding(mesh, spec(leaf_name(path), tuple(np.shape(x)), sizes))
 
     return jax.tree_util.tree_map_with_path(leaf, tree)
 
@@ -215,7 +222,7 @@ def constrain_params(tree):
         return tree
 
     def leaf(path, x):
-        return jax.lax.with_sharding_constraint(x, spec(_leaf_name(path), x.shape, sizes))
+        return jax.lax.with_sharding_constraint(x, spec(leaf_name(path), x.shape, sizes))
 
     return jax.tree_util.tree_map_with_path(leaf, tree)
 

@@ -99,6 +99,36 @@ def embedded_model(embedded_gguf):
     return weights.load_model(embedded_gguf)
 
 
+F32_EPS = float(np.finfo(np.float32).eps)  # 2**-23: float32's rounding unit at 1
+
+
+def assert_float32_close(actual, desired, *, scale=None, ulps=256, err_msg=""):
+    """`actual` equals `desired` to float32 rounding of the magnitudes they came from.
+
+    Two float32 computations of one quantity that differ in shape, order or batching (a
+    batch of another width, a blockwise attention against a dense one, one micro-batch
+    against several) do not round alike, and XLA picks kernels, vector widths and
+    summation orders per shape *and per CPU*: the same pair of programs agrees to 1e-7 on
+    one machine's AVX2 kernels and to 1e-5 on another's AVX-512 ones. What is machine
+    independent is the size of the error relative to the values combined: a sum of n terms
+    of size m is off by about sqrt(n) x eps x m, whatever the order. So the bound is
+    `ulps` units of float32 rounding (eps = 2**-23) of `scale`, the magnitude of the
+    values the result is computed from, plus as many of each element's own magnitude.
+    `scale` defaults to the largest |desired| (right when the result is as large as its
+    inputs: hidden states, logits); give it where the result is small against what it came
+    from (a log-prob of -0.01 from logits of size 20: the logits' scale). `ulps` counts the
+    rounding a computation may accumulate: 256 (~3e-5 relative) covers a few layers of a
+    tiny model; deeper or longer chains say their own. An absolute tolerance alone bounds
+    one machine's rounding; this bound holds on any.
+    """
+    actual, desired = np.asarray(actual, np.float64), np.asarray(desired, np.float64)
+    if scale is None:
+        scale = float(np.max(np.abs(desired), initial=0.0))
+    np.testing.assert_allclose(
+        actual, desired, rtol=ulps * F32_EPS, atol=ulps * F32_EPS * scale, err_msg=err_msg
+    )
+
+
 def left_padded_batch(rng: np.random.Generator, lengths, vocab: int, total: int):
     """Random token rows of the given lengths, left-padded to `total` (pad id 0)."""
     tokens = np.zeros((len(lengths), total), np.int32)

@@ -67,7 +67,8 @@ def test_embedded_gguf_is_converted_once_and_read_from_the_cache(embedded_gguf, 
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= set(
         os.listdir(folder)
     )
-    # the dequantized tensors are the GGUF's, with llama.cpp's Q/K row order undone
+    # the dequantized tensors are the GGUF's, with llama.cpp's Q/K row order undone (exact:
+    # the same dequantization, stored and read back)
     reader = gguf.GGUFReader(embedded_gguf)
     tensors = {t.name: t for t in reader.tensors}
     index = weights._safetensors_index(os.path.join(folder, "model.safetensors"))

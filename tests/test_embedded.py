@@ -5,12 +5,13 @@ import os
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import assert_float32_close
 
 from explore_rl.models.transformer import forward, positions_from_mask
 from explore_rl.sampling.sampler import greedy, left_pad
 
 # the real 135M model and transformers' GGUF loader
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("highest_precision")]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("highest_precision"), pytest.mark.numerics]
 
 TEXTS = [
     "Hello world",
@@ -71,12 +72,11 @@ def test_logits_match_transformers(embedded_model, hf_gguf):
     rows = _prompts(tok)
     tokens, mask = left_pad(rows, tok.pad_id)
     ours = np.asarray(forward(params, cfg, tokens, positions_from_mask(mask), mask).logits)
-    worst = 0.0
     for i, row in enumerate(rows):
         with torch.no_grad():
             ref = model(torch.tensor([row])).logits[0].numpy()
-        worst = max(worst, np.abs(ours[i, -len(row) :] - ref).max())
-    assert worst < 1e-3, worst
+        # 30 layers and a 49k vocabulary in another library's kernels and summation orders
+        assert_float32_close(ours[i, -len(row) :], ref, ulps=1024, err_msg=f"row {i}")
 
 
 def test_greedy_continuations_match_transformers(embedded_model, hf_gguf):

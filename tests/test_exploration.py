@@ -92,6 +92,7 @@ def test_noop_explorer_changes_nothing(tmp_path):
     plain = trainer.train(_config(()), str(tmp_path / "plain"))
     noop = trainer.train(_config(("test_noop",)), str(tmp_path / "noop"))
     drop = ("time/", "perf/")
+    # exact: a no-op explorer leaves the same programs on the same shapes
     for a, b in zip(read_metrics(str(tmp_path / "plain")), read_metrics(str(tmp_path / "noop"))):
         assert {k: v for k, v in a.items() if not k.startswith(drop)} == {
             k: v for k, v in b.items() if not k.startswith(drop)
@@ -116,6 +117,7 @@ def test_toy_explorer_plans_shapes_and_resumes(tmp_path):
     short.rollout.max_new_tokens = 8
     trainer.train(short, str(tmp_path / "b"))
     resumed = trainer.train(c, str(tmp_path / "b"))
+    # exact: a resume runs the same programs on the same shapes and restored state
     for x, y in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     seen = straight.explorers["test_toy"]["seen"].data

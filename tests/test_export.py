@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import run_main
+from conftest import assert_float32_close, run_main
 from test_models import torch_logits
 
 from explore_rl import checkpoint as checkpoint_lib
@@ -18,7 +18,7 @@ from explore_rl.models import weights
 from explore_rl.models.transformer import forward, positions_from_mask
 from explore_rl.rl import trainer
 
-pytestmark = [pytest.mark.usefixtures("highest_precision"), pytest.mark.slow]
+pytestmark = [pytest.mark.usefixtures("highest_precision"), pytest.mark.slow, pytest.mark.numerics]
 
 ARCHITECTURES = {
     "tiny-llama": "LlamaForCausalLM",
@@ -55,10 +55,10 @@ def _transformers_matches(folder, params, cfg, tok):
     ours = forward(
         params, cfg, jnp.asarray(tokens), positions_from_mask(jnp.asarray(mask)), jnp.asarray(mask)
     ).logits
-    diff = np.abs(np.asarray(ours) - torch_logits(model, tokens, mask))[mask]
-    # float32 over 30 layers and a 49k vocabulary: 1.2e-4 on an AVX2-only EPYC, where the
-    # matmul kernels of both libraries round differently from AVX-512 ones
-    assert diff.max() < 2e-4, diff.max()
+    # float32 over up to 30 layers and a 49k vocabulary, in another library's kernels and
+    # summation orders (which round differently on AVX2 and AVX-512 CPUs)
+    ref = torch_logits(model, tokens, mask)
+    assert_float32_close(np.asarray(ours)[mask], ref[mask], ulps=1024)
     hf_tok = transformers.AutoTokenizer.from_pretrained(folder)
     text = "What is 12 + 30? Put the answer in \\boxed{}."
     assert hf_tok.encode(text, add_special_tokens=False) == tok.encode(text)
@@ -76,7 +76,7 @@ def test_a_trained_run_exports_for_transformers_and_reloads_exactly(preset, tmp_
     with open(os.path.join(out, "generation_config.json")) as f:
         assert json.load(f)["eos_token_id"]
     params, cfg, tok = weights.load_model(out)
-    assert _same(params, trained)  # the trained step's params, bit for bit
+    assert _same(params, trained)  # the trained step's params, bit for bit (stored as is)
     _transformers_matches(out, params, cfg, tok)
 
 

@@ -2,26 +2,28 @@
 peak of the CPU demo."""
 
 import json
+import os
 import subprocess
 import sys
 
-import jax
 import pytest
 
 from configs import ase, extra, grpo
+from explore_rl import bench
 from explore_rl import config as config_lib
-from explore_rl import parallel
 from explore_rl.exploration import base as exploration
-from explore_rl.rl import footprint, trainer
+from explore_rl.models import presets
+from explore_rl.rl import footprint, sizing, trainer
 from explore_rl.rl.train_step import make_optimizer
+
+ONE = {"data": 1, "fsdp": 1, "tensor": 1}  # one device
 
 
 def _estimate(c, longest_prompt=40):
     cfg, _ = config_lib.model_spec(c)
     optimizer = make_optimizer(config_lib.optim_config(c))
-    shape = trainer.step_shape(c, longest_prompt)
-    mesh = parallel.make_mesh(devices=jax.devices()[:1])
-    return cfg, shape, footprint.estimate(cfg, mesh, optimizer, shape, bool(c.rl.kl_coef))
+    shape = sizing.step_shape(c, longest_prompt, ONE)
+    return cfg, shape, footprint.estimate(cfg, ONE, optimizer, shape, bool(c.rl.kl_coef))
 
 
 def test_terms_by_hand_on_one_device():
@@ -49,10 +51,10 @@ def test_terms_by_hand_on_one_device():
 def test_methods_that_prefill_more_or_longer_prompts_are_counted():
     c = grpo.get_config("smoke")  # 2 prompts x 4 rows x 8 tokens, prompts in the 48 bucket
     kv = lambda shape: footprint.estimate(  # noqa: E731
-        config_lib.model_spec(c)[0], parallel.make_mesh(devices=jax.devices()[:1]),
-        make_optimizer(config_lib.optim_config(c)), shape, False,
+        config_lib.model_spec(c)[0], ONE, make_optimizer(config_lib.optim_config(c)), shape,
+        False,
     ).terms["KV cache"]  # fmt: skip
-    base = trainer.step_shape(c, 40)
+    base = sizing.step_shape(c, 40, ONE)
     shaped = lambda c: exploration.step_shape(exploration.build(c), base)  # noqa: E731
     a = ase.get_config("smoke")  # K = 3 routes and the clean one: 4 prefills a problem
     assert (shaped(a).prompts, shaped(a).prompt_len) == (2 * 4, 48)
@@ -80,9 +82,50 @@ def test_a_run_that_cannot_fit_is_refused_before_any_weight_is_read(tmp_path, mo
     message = str(refused.value)
     assert "\n" not in message
     assert "per device, host memory has 16.0 GiB; the biggest part is optimizer moments" in message
+    # params and moments are sharded over fsdp: enough devices of 16 GiB would hold them
+    assert "it would fit with" in message and "x the devices on mesh.fsdp (~" in message
     c.train.check_memory = False  # told to go on: it goes as far as the weights
     with pytest.raises(AssertionError, match="weights were loaded"):
         trainer.train(c, str(tmp_path))
+
+
+@pytest.mark.parametrize("name", bench.PAPER_CONFIGS)
+def test_every_paper_config_fits_one_node_of_eight_80_gb_devices(name):
+    """Shapes only (the preset each config's model.path names, prompts as long as
+    rollout.max_prompt_len): with its memory settings a paper config fits, each of its
+    decode devices holding its own rows; without them (dense attention, every activation
+    and logit kept, every row decoded at once) it is hundreds of GiB a device."""
+    c, est = bench.paper_fit(f"configs/{name}.py:paper")
+    assert est.fits, est.summary()
+    assert c.rollout.slots % 8 == 0  # 0: every row at once
+    whole = config_lib.load(f"configs/{name}.py:paper")
+    whole.model.update(bench.LONG_MODES["dense"])
+    whole.optim.micro_batch_tokens, whole.optim.micro_batches = 0, 8
+    settings = {k: whole.model[k] for k in config_lib.RUN_SETTINGS}
+    cfg = presets.get_preset(os.path.basename(c.model.path).lower(), **settings)
+    before = sizing.estimate(
+        whole, cfg, {"data": 1, "fsdp": 8, "tensor": 1},
+        make_optimizer(config_lib.optim_config(whole)), whole.rollout.max_prompt_len,
+        exploration.build(whole), (80 * 10**9, "80 GB"),
+    )  # fmt: skip
+    assert before.peak > 2 * est.capacity, before.summary()
+
+
+def test_auto_slots_take_the_most_that_fit():
+    """`rollout.slots = "auto"`: every row at once where it fits; on a smaller device the
+    most slots whose estimate fits in 90% of it (a linear scan as the check)."""
+    c = grpo.get_config("smoke")
+    c.rollout.prompts, c.rollout.group_size, c.rollout.max_new_tokens = 32, 16, 256
+    c.rl.minibatches, c.model.logits_chunk = 32, 4  # a small update: the rollout sets the peak
+    c.rollout.slots = "auto"
+    cfg, _ = config_lib.model_spec(c)
+    args = (c, cfg, ONE, make_optimizer(config_lib.optim_config(c)), 40, [])
+    sized, est = sizing.size(*args)
+    assert sized.rollout.slots == 0 and est.fits  # every row at once fits on this host
+    peak = lambda n: sizing.estimate(sizing._variant(c, **{"rollout.slots": n}), *args[1:]).peak  # noqa: E731
+    small = (int((peak(300) + peak(301)) / 2 / sizing.SLOTS_HEADROOM), "a small device")
+    expected = max(n for n in range(1, 512) if peak(n) <= sizing.SLOTS_HEADROOM * small[0])
+    assert 256 < expected < 512 and sizing.fit_slots(*args, capacity=small) == expected
 
 
 @pytest.mark.slow

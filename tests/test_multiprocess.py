@@ -93,6 +93,7 @@ def test_two_processes_train_like_one_and_resume(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     a, b = final_state(one), final_state(two)
     assert int(b.state.step) == int(a.state.step) > 0
+    # exact: the same programs, mesh and shapes whether two processes hold the devices or one
     for x, y in zip(jax.tree.leaves(a.state.params), jax.tree.leaves(b.state.params)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     banks = [(np.asarray(x), np.asarray(y)) for x, y in

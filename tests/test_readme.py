@@ -82,6 +82,21 @@ def smoke(words: list[str], hf_folder: str) -> list[str]:
             "sample": ["--random-init", "tiny-llama", "--reps", "1", "--no-peer"],
             "startup": ["--config", "configs/grpo.py:smoke"],
             "memory": ["--config", "configs/grpo.py:smoke"],
+            "fit": [],  # shapes only: every paper config as it is
+            "long": [
+                "--preset",
+                "tiny-llama",
+                "--layers",
+                "1",
+                "--prompt-len",
+                "8",
+                "--lengths",
+                "64,128",
+                "--dense-max",
+                "64",
+                "--reps",
+                "1",
+            ],  # fmt: skip
             "engine": [
                 "--random-init",
                 "tiny-llama",
@@ -142,16 +157,39 @@ def hf_folder():
     return weights.gguf_as_hf_folder(weights.embedded_model_path())
 
 
-@pytest.mark.parametrize("words", COMMANDS, ids=[" ".join(c)[:70] for c in COMMANDS])
-def test_the_readme_command_runs(words, user_folder, hf_folder):
+# The comparison folder the README's report commands read: runs it trained, by name.
+CMP = {"grpo-s0": "runs/demo", "ead-s0": "runs/ead", "eden-s0": "runs/eden"}
+
+
+def _option(words: list[str], name: str) -> str | None:
+    for i, w in enumerate(words):
+        if w.startswith(name + "="):
+            return w.split("=", 1)[1]
+        if w == name and i + 1 < len(words):
+            return words[i + 1]
+    return None
+
+
+def trains(words: list[str]) -> str | None:
+    """The run directory a README training command writes (None for any other command)."""
+    if words[1:3] != ["-m", "explore_rl.main"] or _option(words, "--mode") not in (None, "train"):
+        return None
+    return _option(words, "--workdir")
+
+
+def reads(words: list[str]) -> list[str]:
+    """The run directories a README command reads: a checkpoint it evaluates or exports,
+    or the comparison folder's runs."""
+    found = [_option(words, "--config.eval.checkpoint")]
+    if "runs/cmp/*" in words:
+        found += list(CMP.values())
+    return [r for r in found if r and r.startswith("runs/")]
+
+
+def _run(words: list[str], user_folder, hf_folder):
     command = smoke(words, hf_folder)
-    cmp = user_folder / "runs" / "cmp"
-    if "runs/cmp/*" in words and not cmp.exists():  # the runs the README trained before
-        cmp.mkdir(parents=True)
-        for name, run in (("grpo-s0", "demo"), ("ead-s0", "ead"), ("eden-s0", "eden")):
-            os.symlink(user_folder / "runs" / run, cmp / name)
     path = os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)
-    done = subprocess.run(
+    return command, subprocess.run(
         " ".join(shlex.quote(w) if "*" not in w else w for w in command),
         shell=True,  # the README's globs expand as in the user's shell
         cwd=user_folder,
@@ -160,10 +198,41 @@ def test_the_readme_command_runs(words, user_folder, hf_folder):
         text=True,
         timeout=600,
     )
+
+
+def _check(command, done):
     report = f"{shlex.join(command)}\n{done.stdout[-1500:]}\n{done.stderr[-3000:]}"
     assert done.returncode == 0, report
+
+
+def _trained(run: str, user_folder, hf_folder) -> None:
+    """The README's run `run` (e.g. runs/demo), trained by its own README command unless
+    an earlier command already did: each command passes when it runs alone too."""
+    if (user_folder / run / "checkpoints").exists():
+        return
+    writer = next(c for c in COMMANDS if trains(c) == run)
+    _check(*_run(writer, user_folder, hf_folder))
+
+
+@pytest.mark.parametrize("words", COMMANDS, ids=[" ".join(c)[:70] for c in COMMANDS])
+def test_the_readme_command_runs(words, user_folder, hf_folder):
+    for run in reads(words):
+        _trained(run, user_folder, hf_folder)
+    cmp = user_folder / "runs" / "cmp"
+    if "runs/cmp/*" in words and not cmp.exists():
+        cmp.mkdir(parents=True)
+        for name, run in CMP.items():
+            os.symlink(user_folder / run, cmp / name)
+    command, done = _run(words, user_folder, hf_folder)
+    _check(command, done)
     if words[:2] == ["make", "demo"]:
         assert "configs/grpo.py:demo" in done.stdout
+
+
+def test_every_run_a_readme_command_reads_is_trained_by_another():
+    written = {trains(c) for c in COMMANDS} - {None}
+    needed = {r for c in COMMANDS for r in reads(c)}
+    assert needed and needed <= written, needed - written
 
 
 CACHE = "from explore_rl import caching; caching.enable_compilation_cache()\n"  # as a notebook

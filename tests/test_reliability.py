@@ -130,6 +130,7 @@ def test_kills_at_any_moment_resume_to_the_uninterrupted_run(tmp_path):
     assert all(json.loads(line) for line in lines)  # no torn line left
     a, b = read_metrics(str(tmp_path / "a")), read_metrics(str(tmp_path / "b"))
     assert [r["step"] for r in b] == list(range(1, 11))  # no step twice, none missing
+    # exact: each resume runs the same programs on the same shapes and restored state
     assert _without_timing(a) == _without_timing(b)
     pa, pb = _final_params(str(tmp_path / "a"), 10), _final_params(str(tmp_path / "b"), 10)
     leaves = zip(jax.tree.leaves(pa), jax.tree.leaves(pb), strict=True)

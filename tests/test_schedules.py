@@ -38,7 +38,7 @@ def test_ead_step_is_traced():
 
 def test_cosine_warmup_and_composition():
     w = [float(schedules.cosine_warmup(s, 200)) for s in (0, 100, 200, 400)]
-    np.testing.assert_allclose(w, [0.2, 0.6, 1.0, 1.0], atol=1e-6)
+    np.testing.assert_allclose(w, [0.2, 0.6, 1.0, 1.0], atol=1e-6)  # schedule values: absolute
     noisy = jnp.array([True, False, True])
     rows = schedules.per_row(noisy, schedules.cosine_warmup(0, 200), 1.0)
     tab = schedules.table(rows, schedules.ead(12, 0))

@@ -63,6 +63,7 @@ def test_resume_continues_exactly(tmp_path):
     a, b = read_metrics(str(tmp_path / "a")), read_metrics(str(tmp_path / "b"))
     assert [r["step"] for r in b] == [1, 2, 3, 4]
     drop = ("time/", "perf/")
+    # exact: a resume runs the same programs on the same shapes and restored state
     for ra, rb in zip(a, b):
         assert {k: v for k, v in ra.items() if not k.startswith(drop)} == {
             k: v for k, v in rb.items() if not k.startswith(drop)
@@ -188,6 +189,8 @@ def test_kl_to_the_frozen_reference_through_the_trainer(tmp_path):
     c.rl.kl_coef, c.train.steps, c.train.eval_every = 0.1, 3, 0
     c.rl.minibatches = 1  # one update a step: step 1's is evaluated at the reference
     c.optim.lr = 1e-2  # move far from the reference in two updates
+    # the smoke model's rewards are all 0: the entropy bonus is what moves the policy
+    c.rl.entropy_coef = 0.1
     trainer.train(c, str(tmp_path))
     kl = [r["policy/kl_ref"] for r in read_metrics(str(tmp_path))]
     assert kl[0] == 0.0  # the first update starts at the reference: k3 = 0 exactly
@@ -208,6 +211,7 @@ def test_eval_of_any_checkpoint_restores_params_only_and_writes_the_responses(tm
     full = Checkpointer(str(tmp_path / "run")).restore(
         2, trainer.start(c, str(tmp_path / "x"), None)[1]
     )
+    # exact: two restores of the same saved arrays
     for a, b in zip(jax.tree.leaves(params["state"]["params"]), jax.tree.leaves(full.state.params)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     e = grpo.get_config("smoke")  # evaluated without the run's exploration method

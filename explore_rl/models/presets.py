@@ -30,6 +30,8 @@ _HF_ARCHITECTURES = {
 }
 
 _DTYPES = ("float32", "bfloat16")
+ATTENTION = ("auto", "dense", "blockwise")  # models/attention.py
+REMAT = ("none", "block", "dots")  # transformer.REMAT_POLICIES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +59,11 @@ class ModelConfig:
     rope_llama3_scaling: tuple[float, float, float, int] | None = None
     param_dtype: str = "float32"
     dtype: str = "float32"
+    # How to run it, for memory at long lengths (results equal up to float rounding):
+    attention: str = "auto"  # dense | blockwise | auto: blockwise past attention_block queries
+    attention_block: int = 512  # query and key tokens per blockwise attention tile
+    remat: str = "none"  # recompute in the backward: none | block | dots (keep matmul outputs)
+    logits_chunk: int = 128  # tokens of a row whose [*, V] logits a log-prob pass holds at once
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -65,9 +72,17 @@ class ModelConfig:
             raise ValueError(
                 f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}"
             )
-        for name in ("param_dtype", "dtype"):
-            if getattr(self, name) not in _DTYPES:
-                raise ValueError(f"{name}={getattr(self, name)!r}: allowed {_DTYPES}")
+        for name, allowed in (
+            ("param_dtype", _DTYPES),
+            ("dtype", _DTYPES),
+            ("attention", ATTENTION),
+            ("remat", REMAT),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}={getattr(self, name)!r}: allowed {allowed}")
+        for name in ("attention_block", "logits_chunk"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
 
     @property
     def qkv_bias(self) -> bool:
@@ -247,6 +262,8 @@ PRESETS: dict[str, ModelConfig] = {
         max_seq_len=256,
     ),
 }
+# Base (pre-trained) checkpoints have their instruct models' shapes.
+PRESETS["qwen3-1.7b-base"] = PRESETS["qwen3-1.7b"]
 
 
 def get_preset(name: str, **overrides) -> ModelConfig:

@@ -16,6 +16,11 @@ Interventions (EDEN, ASE):
 - a per-row steering vector [B, D] added to the output of block `steer_layer`;
 - a readout of block `readout_layer`'s output.
 
+Long sequences (`ModelConfig.attention`, `remat`, `logits_chunk`): attention is blockwise
+past `attention_block` queries (`models/attention.py`: no [T, S] scores), each layer can be
+rematerialised in the backward, and `token_logprobs` scores tokens a chunk of positions at
+a time (no [T, V] logits). Each changes memory, not results (up to float rounding).
+
 Dimension letters: B batch, T tokens, E appended slots, S cache slots, D model,
 N query heads, K kv heads, G = N / K, H head dim, F feed-forward, V vocab, L layers.
 """
@@ -24,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,10 +36,9 @@ from flax import struct
 from jaxtyping import Array, Bool, Float, Int
 
 from explore_rl import parallel
+from explore_rl.models import attention
+from explore_rl.models.attention import Keys
 from explore_rl.models.presets import ModelConfig
-
-# Finite, so a query with no valid key gives a finite (unused) output instead of NaN.
-_MASKED = -1e30
 
 # Logical names of activation dimensions (`parallel.RULES` maps them to mesh axes).
 _ACT = ("batch", None, None)  # [B, T, D]: rows sharded, the model dimension whole
@@ -205,76 +208,6 @@ def _project_qkv(lp: dict, cfg: ModelConfig, x: Float[Array, "B T D"], rope):
     return parallel.constrain(q, *_Q), parallel.constrain(k, *_KV), parallel.constrain(v, *_KV)
 
 
-class _Keys(NamedTuple):
-    """One set of keys a query attends to. `grouped`: k, v are [Q, K, S, H] shared by
-    B / Q consecutive query rows, with mask [Q, S]; else [B, K, S, H] with mask [B, T, S]."""
-
-    k: Array
-    v: Array
-    mask: Array
-    grouped: bool = False
-
-
-def _partial(q: Float[Array, "B K G T H"], keys: _Keys):
-    """Unnormalised softmax attention: (sum_s p_s v_s, max score, sum_s p_s)."""
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    if keys.grouped:
-        b, n_kv, g, t, h = q.shape
-        rows = keys.k.shape[0]
-        qq = q.reshape(rows, b // rows, n_kv, g, t, h)
-        s = jnp.einsum("qxkgth,qksh->qxkgts", qq, keys.k, preferred_element_type=jnp.float32)
-        s = jnp.where(keys.mask[:, None, None, None, None], s * scale, _MASKED)
-        m = jnp.max(s, axis=-1, keepdims=True)
-        p = jnp.exp(s - m)
-        acc = jnp.einsum(
-            "qxkgts,qksh->qxkgth",
-            p.astype(keys.v.dtype),
-            keys.v,
-            preferred_element_type=jnp.float32,
-        )
-        flat = lambda x: x.reshape(b, n_kv, g, t, x.shape[-1])  # noqa: E731
-        return flat(acc), flat(m), flat(jnp.sum(p, axis=-1, keepdims=True))
-    s = jnp.einsum("bkgth,bksh->bkgts", q, keys.k, preferred_element_type=jnp.float32)
-    s = jnp.where(keys.mask[:, None, None], s * scale, _MASKED)
-    m = jnp.max(s, axis=-1, keepdims=True)
-    p = jnp.exp(s - m)
-    acc = jnp.einsum(
-        "bkgts,bksh->bkgth", p.astype(keys.v.dtype), keys.v, preferred_element_type=jnp.float32
-    )
-    return acc, m, jnp.sum(p, axis=-1, keepdims=True)
-
-
-def _merge(partials):
-    """Combine partial softmaxes over disjoint key sets exactly (log-sum-exp)."""
-    if len(partials) == 1:
-        acc, _, total = partials[0]
-        return acc / total
-    top = functools.reduce(jnp.maximum, [m for _, m, _ in partials])
-    scales = [jnp.exp(m - top) for _, m, _ in partials]
-    acc = sum(a * c for (a, _, _), c in zip(partials, scales))
-    return acc / sum(t * c for (_, _, t), c in zip(partials, scales))
-
-
-def attention(
-    q: Float[Array, "B N T H"], keys: list[_Keys], optional: _Keys | None = None
-) -> Float[Array, "B N T H"]:
-    """Softmax attention over the union of `keys`, and of `optional` where it has a valid key.
-
-    Queries with no valid `optional` key keep the result without it bit for bit (a masked
-    appended slot is exactly the clean forward).
-    """
-    b, n, t, h = q.shape
-    kv_heads = keys[0].k.shape[1]
-    qg = q.reshape(b, kv_heads, n // kv_heads, t, h)
-    partials = [_partial(qg, k) for k in keys]
-    out = _merge(partials)
-    if optional is not None:
-        with_optional = _merge(partials + [_partial(qg, optional)])
-        has = jnp.any(optional.mask, axis=-1)[:, None, None, :, None]
-        out = jnp.where(has, with_optional, out)
-    return out.reshape(b, n, t, h).astype(q.dtype)
-
-
 def mlp(lp: dict, x: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
     gate = jnp.einsum("btd,df->btf", x, lp["gate"].astype(x.dtype))
     up = jnp.einsum("btd,df->btf", x, lp["up"].astype(x.dtype))
@@ -284,57 +217,50 @@ def mlp(lp: dict, x: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
 
 @struct.dataclass
 class _Context:
-    """Per-call masks and positions shared by every layer."""
+    """Per-call positions and key masks shared by every layer. Masks are kept as which
+    slots hold real tokens and the cache slot of each query (`attention.Keys`), never as
+    [T, S] arrays: a tile's mask is built where attention uses it."""
 
     rope: tuple[Array, Array] | None  # cos, sin of the main stream's positions
     keys_valid: Bool[Array, "B S"]  # which key slots hold real tokens after this call
-    key_mask: Bool[Array, "B T S"] | None  # main queries -> main keys
+    q_slot: Int[Array, "_ T"] | None  # the cache slot of each main query (causal)
     extra_rope: tuple[Array, Array] | None = None
-    extra_key_mask: Bool[Array, "B E S"] | None = None  # appended queries -> main keys
-    extra_self_mask: Bool[Array, "B E E"] | None = None  # appended queries -> appended keys
-    extra_seen_mask: Bool[Array, "B T E"] | None = None  # main queries -> cached appended keys
+    extra_valid: Bool[Array, "B E"] | None = None  # appended slots that are real
+    extra_seen: Bool[Array, "B E"] | None = None  # cached appended slots main queries see
     index: Int[Array, ""] | None = None  # cache write slot
 
 
 def _context(cfg, tokens_mask, positions, cache, iv) -> _Context:
     """Masks for this call. `tokens_mask` None: only appended slots run, against the cache."""
+    q_slot = None
     if cache is None:
-        t = tokens_mask.shape[1]
-        keys_valid, slot, q_slot = tokens_mask, jnp.arange(t), jnp.arange(t)
+        keys_valid, q_slot = tokens_mask, jnp.arange(tokens_mask.shape[1])[None]
     elif tokens_mask is None:
         keys_valid = cache.mask
     elif cache.index.ndim:  # per-row write slots (one token per row)
         keys_valid = cache.mask.at[jnp.arange(cache.mask.shape[0]), cache.index].set(
             tokens_mask[:, 0]
         )
-        slot, q_slot = jnp.arange(keys_valid.shape[1]), cache.index[:, None]
+        q_slot = cache.index[:, None]
     else:
         keys_valid = jax.lax.dynamic_update_slice(cache.mask, tokens_mask, (0, cache.index))
-        slot = jnp.arange(keys_valid.shape[1])
-        q_slot = cache.index + jnp.arange(tokens_mask.shape[1])
-    key_mask = None
-    if tokens_mask is not None:
-        key_mask = keys_valid[:, None, :] & (slot[None, None, :] <= q_slot[..., None])
+        q_slot = (cache.index + jnp.arange(tokens_mask.shape[1]))[None]
     inv_freq = rope_frequencies(cfg)
     rope = None if positions is None else rope_table(positions, inv_freq)
-    ctx = _Context(rope, keys_valid, key_mask, index=None if cache is None else cache.index)
-    b, s = keys_valid.shape
+    ctx = _Context(rope, keys_valid, q_slot, index=None if cache is None else cache.index)
+    b = keys_valid.shape[0]
     if iv is not None and iv.extra_embeds is not None:
         em = iv.extra_mask.astype(bool)
-        e = em.shape[1]
         # Appended slots follow the row's real tokens; a masked slot takes no position.
         base = jnp.sum(keys_valid, axis=1, keepdims=True)
         if cache is not None and cache.prefix_mask is not None:
             shared = jnp.sum(cache.prefix_mask, axis=1)
             base += jnp.repeat(shared, b // shared.shape[0])[:, None]
         return ctx.replace(
-            extra_rope=rope_table(base + jnp.cumsum(em, axis=1) - 1, inv_freq),
-            extra_key_mask=jnp.broadcast_to(keys_valid[:, None, :], (b, e, s)),
-            extra_self_mask=em[:, None, :] & jnp.tril(jnp.ones((e, e), bool))[None],
+            extra_rope=rope_table(base + jnp.cumsum(em, axis=1) - 1, inv_freq), extra_valid=em
         )
     if cache is not None and cache.extra_mask is not None and tokens_mask is not None:
-        t, e = tokens_mask.shape[1], cache.extra_mask.shape[1]
-        ctx = ctx.replace(extra_seen_mask=jnp.broadcast_to(cache.extra_mask[:, None], (b, t, e)))
+        ctx = ctx.replace(extra_seen=cache.extra_mask)
     return ctx
 
 
@@ -358,7 +284,10 @@ def _layer(lp, cfg, x, xe, ctx: _Context, kv, extra_kv, prefix_kv):
     kv / extra_kv / prefix_kv: this layer's cache sections (None when absent). Returns
     the new streams and the layer's main (k, v) and appended (k, v) for the cache.
     """
-    shared = [] if prefix_kv is None else [_Keys(*prefix_kv, grouped=True)]
+    shared = [] if prefix_kv is None else [Keys(*prefix_kv)]
+    attend = functools.partial(
+        attention.attention, implementation=cfg.attention, block=cfg.attention_block
+    )
 
     def attend_main(q, k, v):
         if kv is not None and ctx.index.ndim:  # row b writes its token at slot index[b]
@@ -369,13 +298,15 @@ def _layer(lp, cfg, x, xe, ctx: _Context, kv, extra_kv, prefix_kv):
             at = (0, 0, ctx.index, 0)
             k = jax.lax.dynamic_update_slice(kv[0], k, at)
             v = jax.lax.dynamic_update_slice(kv[1], v, at)
-        seen = None if ctx.extra_seen_mask is None else _Keys(*extra_kv, ctx.extra_seen_mask)
-        return attention(q, [_Keys(k, v, ctx.key_mask)] + shared, seen), k, v
+        # cached appended slots come last: a row with none masked in gets the plain result
+        seen = [] if ctx.extra_seen is None else [Keys(*extra_kv, ctx.extra_seen)]
+        return attend(q, [Keys(k, v, ctx.keys_valid, ctx.q_slot)] + shared + seen), k, v
 
     def attend_extra(q, k, v):
         # Appended slots see every real earlier key, and earlier appended slots.
-        keys = [_Keys(*kv, ctx.extra_key_mask)] + shared + [_Keys(k, v, ctx.extra_self_mask)]
-        return attention(q, keys), k, v
+        causal = jnp.arange(k.shape[2])[None]
+        keys = [Keys(*kv, ctx.keys_valid)] + shared + [Keys(k, v, ctx.extra_valid, causal)]
+        return attend(q, keys), k, v
 
     if x is not None:
         x, k, v = _block(lp, cfg, x, ctx.rope, attend_main)
@@ -384,6 +315,21 @@ def _layer(lp, cfg, x, xe, ctx: _Context, kv, extra_kv, prefix_kv):
         xe, ke, ve = _block(lp, cfg, xe, ctx.extra_rope, attend_extra)
         extra_kv = (ke, ve)
     return x, xe, kv, extra_kv
+
+
+# What a rematerialised layer keeps for the backward (`ModelConfig.remat`): `block` only
+# its inputs (the layer runs again in the backward), `dots` also its weight matmuls'
+# outputs (the attention einsums carry batch dimensions, so their scores are not kept).
+REMAT_POLICIES = {
+    "block": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+def _layer_program(cfg: ModelConfig):
+    if cfg.remat == "none":
+        return _layer
+    return jax.checkpoint(_layer, policy=REMAT_POLICIES[cfg.remat], static_argnums=(1,))
 
 
 def _steer(x, iv, layer):
@@ -417,6 +363,7 @@ def hidden_states(
     if xe is not None and cache is not None and cache.extra_k is None:
         raise ValueError("appended embeddings need a cache made with n_extra > 0")
     new_k, new_v, new_ek, new_ev, readout = [], [], [], [], None
+    layer = _layer_program(cfg)
     for i, lp in enumerate(params["layers"]):
         kv = extra_kv = prefix_kv = None
         if cache is not None:
@@ -425,7 +372,7 @@ def hidden_states(
                 extra_kv = (cache.extra_k[i], cache.extra_v[i])
             if cache.prefix_k is not None:
                 prefix_kv = (cache.prefix_k[i], cache.prefix_v[i], cache.prefix_mask)
-        x, xe, kv, extra_kv = _layer(lp, cfg, x, xe, ctx, kv, extra_kv, prefix_kv)
+        x, xe, kv, extra_kv = layer(lp, cfg, x, xe, ctx, kv, extra_kv, prefix_kv)
         x, xe = _steer(x, iv, i), _steer(xe, iv, i)
         if iv is not None and iv.readout_layer == i:
             readout = x
@@ -455,6 +402,41 @@ def lm_logits(params: dict, cfg: ModelConfig, hidden: Float[Array, "... D"]) -> 
         w = params["lm_head"].astype(hidden.dtype)
         logits = jnp.einsum("...d,dv->...v", hidden, w, preferred_element_type=jnp.float32)
     return parallel.constrain(logits, "batch", *[None] * (logits.ndim - 2), "vocab")
+
+
+def token_logprobs(
+    params: dict,
+    cfg: ModelConfig,
+    hidden: Float[Array, "B T D"],
+    tokens: Int[Array, "B T"],
+    temperature: float = 1.0,
+) -> tuple[Float[Array, "B T"], Float[Array, "B T"]]:
+    """log pi(tokens[b, t]) and the entropy of pi at each position, pi = softmax(logits /
+    temperature), from the final hidden states.
+
+    `cfg.logits_chunk` positions at a time (Tunix's `compute_per_token_logps`): each
+    chunk's float32 [B, C, V] logits are made, reduced and dropped, and the backward makes
+    them again (a rematerialised scan step), so neither pass holds [B, T, V]. With the
+    vocabulary over the tensor axis, the log-softmax reduces over its shards.
+    """
+    b, t, d = hidden.shape
+    c = min(cfg.logits_chunk, t)
+    n = -(-t // c)
+    pad = n * c - t
+
+    def chunks(x):  # [B, T, ...] -> [n, B, C, ...], padded to whole chunks
+        padded = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
+        return jnp.moveaxis(padded.reshape(b, n, c, *x.shape[2:]), 1, 0)
+
+    @jax.checkpoint
+    def one(h, tok):
+        logp_all = jax.nn.log_softmax(lm_logits(params, cfg, h) / temperature, axis=-1)
+        logp = jnp.take_along_axis(logp_all, tok[..., None], axis=-1)[..., 0]
+        return logp, -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
+
+    logp, entropy = jax.lax.map(lambda x: one(*x), (chunks(hidden), chunks(tokens)))
+    unchunk = lambda x: jnp.moveaxis(x, 0, 1).reshape(b, n * c)[:, :t]  # noqa: E731
+    return unchunk(logp), unchunk(entropy)
 
 
 def forward(

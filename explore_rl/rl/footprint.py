@@ -3,20 +3,29 @@
 A step's peak is what stays resident plus the larger of its two phases:
 
 - resident: the params, the frozen reference policy (when the KL term is on) and the
-  optimizer's moments, each at its shard size on the mesh (`parallel.param_shardings`);
-- rollout: the KV cache of the rollout batch (every prompt row's keys once, each decode
-  row's response keys; with decode slots, each slot's copy of its prompt's keys too), the
-  prefill's widest layer (attention scores of a prompt against itself, the MLP's hidden
-  state) and the sampler's logits;
-- update: the gradient (the accumulator and one micro-batch's) and the activations one
-  micro-batch keeps for its backward pass: per layer and token the block's inputs and
-  normed inputs, the q/k/v projections before and after RoPE, the attention output and
-  scores (float32, against every key the token sees), the MLP's gate, up, activation and
-  product; plus the float32 logits, their log-softmax and its gradient.
+  optimizer's moments, each at its shard size on the mesh (`parallel.RULES`);
+- rollout: the KV cache of the rollout batch in the activation dtype (every prompt row's
+  keys once, each decode row's response keys; with decode slots, each slot's copy of its
+  prompt's keys too), the prefill's widest layer (its attention scores: a prompt against
+  itself when dense, one tile per row when blockwise; the MLP's hidden state) and the
+  sampler's logits;
+- update: the gradients (the accumulator and one micro-batch's), the activations one
+  micro-batch keeps for its backward pass, and the backward's workspace. Per layer and
+  token, without remat: the block's inputs and normed inputs, the q/k/v projections before
+  and after RoPE, the attention output, the MLP's gate, up, activation and product, and
+  attention's own (dense: float32 scores and probabilities against every key the token
+  sees; blockwise: its float32 output and log-sum-exp). The backward's workspace: dense
+  attention's gradients of one layer's scores; blockwise, a tile per row. With
+  `remat=block` a layer keeps its input only and the backward rebuilds one layer, and its
+  cotangents, at a time (twice a layer's activations); `dots` also keeps its weight
+  matmuls' outputs. The log-probs hold one chunk of positions'
+  float32 logits, their log-softmax and its gradient (`model.logits_chunk`), and the
+  final hidden states the chunks are cut from.
 
-Rows are divided over the batch axes (data x fsdp) and heads, vocabulary and MLP width
-over tensor wherever the rules shard them. The estimate is of arrays, not of the
-runtime (the Python process, XLA's code, the allocator's slack).
+Pi_old and the reference policy are scored a micro-batch at a time, a forward only: less
+than the update's micro-batch. Rows are divided over the batch axes (data x fsdp) and
+heads, vocabulary and MLP width over tensor wherever the rules shard them. The estimate is
+of arrays, not of the runtime (the Python process, XLA's code, the allocator's slack).
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ GIB = 2**30
 # the terms of each phase (`estimate` makes them all)
 RESIDENT = ("params", "reference params", "optimizer moments")
 ROLLOUT = ("KV cache", "prefill workspace", "sampling logits")
-UPDATE = ("gradients", "activations")
+UPDATE = ("gradients", "activations", "backward workspace", "logits")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +59,7 @@ class StepShape:
     update_prompts: int  # prompts in one micro-batch of the update
     update_rows: int  # rows in one micro-batch of the update
     slotted: bool = False  # decode slots hold a copy of their prompt's keys
+    update_length: int = 0  # response tokens a micro-batch keeps of a row; 0 = new_tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +87,15 @@ class Footprint:
     def peak(self) -> int:
         return self.resident + max(self.rollout, self.update)
 
+    @property
+    def fits(self) -> bool:
+        return self.peak <= self.capacity
+
+    @property
+    def capacity_of(self) -> tuple[int, str]:
+        """The device it was made against (for estimates of other settings)."""
+        return self.capacity, self.device
+
     def summary(self) -> str:
         terms = ", ".join(f"{k} {v / GIB:.2f}" for k, v in self.terms.items() if v)
         return (
@@ -93,20 +112,24 @@ class Footprint:
             "device": self.device,
         }
 
-    def check(self) -> None:
-        """A one-line refusal, naming the biggest term, when the peak exceeds the device."""
-        if self.peak <= self.capacity:
+    def check(self, fixes: list[str] = ()) -> None:
+        """A one-line refusal, naming the biggest term and the `fixes` (settings with
+        which the estimate fits), when the peak exceeds the device."""
+        if self.fits:
             return
         phase = UPDATE if self.update >= self.rollout else ROLLOUT  # the one that sets the peak
         counted = {k: self.terms[k] for k in RESIDENT + phase}
         biggest = max(counted, key=counted.get)
+        advice = (
+            "it would fit with " + "; or ".join(fixes)
+            if fixes
+            else "shard over more devices (mesh.*), use bfloat16 (model.param_dtype, "
+            "model.dtype), or lower rollout.prompts or rollout.max_new_tokens"
+        )
         raise ValueError(
             f"the run needs ~{self.peak / GIB:.1f} GiB per device, {self.device} has "
             f"{self.capacity / GIB:.1f} GiB; the biggest part is {biggest} "
-            f"({counted[biggest] / GIB:.1f} GiB): shard over more devices (mesh.*), use "
-            "bfloat16 (model.param_dtype, model.dtype), or lower rollout.prompts, "
-            "rollout.max_new_tokens or the update's rows (rl.minibatches, "
-            "optim.micro_batches)"
+            f"({counted[biggest] / GIB:.1f} GiB): {advice}"
         )
 
 
@@ -122,62 +145,125 @@ def device_capacity() -> tuple[int, str]:
     return host // n, "host memory" + (f" / {n} CPU devices" if n > 1 else "")
 
 
-def per_device_bytes(tree, mesh) -> int:
-    """Per-device bytes of an abstract pytree on its `param_shardings`."""
-    shardings = parallel.param_shardings(tree, mesh)
-    return sum(
-        math.prod(s.shard_shape(x.shape)) * np.dtype(x.dtype).itemsize
-        for x, s in zip(jax.tree.leaves(tree), jax.tree.leaves(shardings), strict=True)
-    )
+def per_device_bytes(tree, axis_sizes: dict) -> int:
+    """Per-device bytes of an abstract params (or optimizer-state) pytree on a mesh of
+    `axis_sizes`, each leaf divided as `parallel.param_shardings` places it."""
+
+    def leaf(path, x):
+        spec = parallel.spec(parallel.leaf_name(path), tuple(x.shape), axis_sizes)
+        return math.prod(x.shape) // _divisor(spec, axis_sizes) * np.dtype(x.dtype).itemsize
+
+    return sum(jax.tree.leaves(jax.tree_util.tree_map_with_path(leaf, tree)))
+
+
+def _divisor(spec, axis_sizes) -> int:
+    axes = [a for dim in spec if dim for a in ((dim,) if isinstance(dim, str) else dim)]
+    return math.prod(axis_sizes[a] for a in axes)
 
 
 def _local(name: str, n: int, axis_sizes) -> int:
     """A dimension of logical `name` and size n on one device, as `parallel.RULES` shard it."""
-    axes = parallel.logical_spec((name,), (n,), axis_sizes)[0] or ()
-    return n // math.prod(axis_sizes[a] for a in ((axes,) if isinstance(axes, str) else axes))
+    return n // _divisor(parallel.logical_spec((name,), (n,), axis_sizes), axis_sizes)
 
 
-def estimate(cfg: ModelConfig, mesh, optimizer, shape: StepShape, reference: bool) -> Footprint:
-    """The terms of one step on `mesh`, from `jax.eval_shape` of the params and the
-    optimizer's state and the step's sizes (see the module's docstring)."""
+class _Sizes:
+    """One device's share of the model's dimensions, in bytes where it says so."""
+
+    def __init__(self, cfg: ModelConfig, axis_sizes: dict):
+        local = lambda name, x: _local(name, x, axis_sizes)  # noqa: E731
+        self.a = np.dtype(cfg.jnp_dtype).itemsize
+        self.d, self.h, self.layers = cfg.d_model, cfg.head_dim, cfg.n_layers
+        self.n, self.k = local("heads", cfg.n_heads), local("kv_heads", cfg.n_kv_heads)
+        self.f, self.v = local("mlp", cfg.d_ff), local("vocab", cfg.vocab_size)
+        self.cfg = cfg
+
+    def blockwise(self, queries: int) -> bool:
+        c = self.cfg
+        return c.attention == "blockwise" or (c.attention == "auto" and queries > c.attention_block)
+
+    def attention_kept(self, queries: int, keys: int) -> int:
+        """What attention keeps of one query for the backward."""
+        if self.blockwise(queries):
+            return (self.n * self.h + self.n) * 4  # float32 output and log-sum-exp
+        return 2 * self.n * keys * 4  # float32 scores and probabilities
+
+    def attention_tile(self, rows: int, queries: int, keys: int) -> int:
+        """Blockwise attention's live tiles (scores, probabilities, their gradient)."""
+        if not self.blockwise(queries):
+            return 0
+        b = self.cfg.attention_block
+        return rows * self.n * b * min(b, keys) * 4 * 3
+
+    def score_gradient(self, rows: int, queries: int, keys: int) -> int:
+        """Dense attention's backward: one layer's float32 gradients of its scores and
+        probabilities at once."""
+        return 0 if self.blockwise(queries) else rows * self.n * queries * keys * 4 * 2
+
+    def full(self, queries: int, keys: int) -> int:
+        """One layer's activations of one token, as the backward needs them."""
+        d, n, k, h, f = self.d, self.n, self.k, self.h, self.f
+        return (6 * d + 3 * n * h + 3 * k * h + 4 * f) * self.a + self.attention_kept(queries, keys)
+
+    def kept(self, queries: int, keys: int) -> int:
+        """What one layer keeps of one token until the backward, by the remat policy."""
+        d, n, k, h, f = self.d, self.n, self.k, self.h, self.f
+        if self.cfg.remat == "block":
+            return d * self.a
+        if self.cfg.remat == "dots":  # input, q/k/v, attention out, gate, up, down
+            return (3 * d + n * h + 2 * k * h + 2 * f) * self.a
+        return self.full(queries, keys)
+
+
+def estimate(
+    cfg: ModelConfig, axis_sizes: dict, optimizer, shape: StepShape, reference: bool,
+    capacity: tuple[int, str] | None = None,
+) -> Footprint:  # fmt: skip
+    """The terms of one step on a mesh of `axis_sizes` (`dict(mesh.shape)`), from
+    `jax.eval_shape` of the params and the optimizer's state and the step's sizes (see the
+    module's docstring); against `capacity` (bytes, device), by default a local device's."""
     params = jax.eval_shape(lambda: transformer.init_params(cfg, jax.random.key(0)))
     moments = jax.eval_shape(optimizer.init, params)
-    p_bytes = per_device_bytes(params, mesh)
-    sizes = dict(mesh.shape)
-    local = lambda name, x: _local(name, x, sizes)  # noqa: E731
-    a = np.dtype(cfg.jnp_dtype).itemsize
-    d, h = cfg.d_model, cfg.head_dim
-    n, k = local("heads", cfg.n_heads), local("kv_heads", cfg.n_kv_heads)
-    f, v = local("mlp", cfg.d_ff), local("vocab", cfg.vocab_size)
-    layers, s = cfg.n_layers, shape
+    p_bytes = per_device_bytes(params, axis_sizes)
+    z = _Sizes(cfg, axis_sizes)
+    s, a = shape, z.a
+    local = lambda name, x: _local(name, x, axis_sizes)  # noqa: E731
     prompts, decode = local("batch", s.prompts), local("batch", s.decode_rows)
     kv_tokens = prompts * s.prompt_len + decode * (
         s.new_tokens + (s.prompt_len if s.slotted else 0)
     )
-    kv = layers * 2 * k * h * a * kv_tokens
-    prefill = prompts * s.prompt_len * (n * s.prompt_len * 4 * 2 + (4 * d + 3 * f) * a)
-    sampling = decode * v * 4 * 3
-
-    def per_token(keys: int) -> int:  # what one layer keeps of one token for the backward
-        return (6 * d + 3 * n * h + 3 * k * h + 4 * f) * a + 2 * n * keys * 4
-
-    u_prompts, u_rows = local("batch", s.update_prompts), local("batch", s.update_rows)
-    length = s.new_tokens
-    acts = (
-        layers
-        * (
-            u_prompts * s.prompt_len * per_token(s.prompt_len)
-            + u_rows * length * per_token(s.prompt_len + length)
-        )
-        + u_rows * length * v * 4 * 3
+    kv = z.layers * 2 * z.k * z.h * a * kv_tokens
+    prompt_tokens = prompts * s.prompt_len
+    # a layer's stream (input, normed, attention and projection outputs, residual) and its
+    # MLP (gate, up, activation, product), with attention's scores: one tile, or all
+    prefill = prompt_tokens * (5 * z.d + 4 * z.f) * a + (
+        z.attention_tile(prompts, s.prompt_len, s.prompt_len) // 3
+        if z.blockwise(s.prompt_len)
+        else prompt_tokens * z.n * s.prompt_len * 4 * 2
     )
-    capacity, device = device_capacity()
+    sampling = decode * z.v * 4 * 3
+    u_prompts, u_rows = local("batch", s.update_prompts), local("batch", s.update_rows)
+    length = s.update_length or s.new_tokens
+    keys = s.prompt_len + length  # what a response token sees
+    p_tok, r_tok = u_prompts * s.prompt_len, u_rows * length
+    acts = z.layers * (p_tok * z.kept(s.prompt_len, s.prompt_len) + r_tok * z.kept(length, keys))
+    workspace = max(
+        z.attention_tile(u_prompts, s.prompt_len, s.prompt_len),
+        z.attention_tile(u_rows, length, keys),
+        z.score_gradient(u_rows, length, keys),
+    )
+    if cfg.remat != "none":  # the backward rebuilds one layer, and its cotangents, at a time
+        workspace += 2 * (p_tok * z.full(s.prompt_len, s.prompt_len) + r_tok * z.full(length, keys))
+    chunk = min(cfg.logits_chunk, length)
+    logits = u_rows * chunk * z.v * 4 * 3 + r_tok * z.d * a  # + the hidden states it cuts
+    capacity, device = capacity or device_capacity()
     terms = {
         "params": p_bytes,
         "reference params": p_bytes if reference else 0,
-        "optimizer moments": per_device_bytes(moments, mesh),
+        "optimizer moments": per_device_bytes(moments, axis_sizes),
         "gradients": 2 * p_bytes,
         "activations": acts,
+        "backward workspace": workspace,
+        "logits": logits,
         "KV cache": kv,
         "prefill workspace": prefill,
         "sampling logits": sampling,

@@ -198,8 +198,18 @@ def _row_mean(w, mask):
 TIS_LEVELS: dict[str, Callable] = {"token": lambda w, mask: w, "row_mean": _row_mean}
 
 
+def active_mask(mask: Array, weights: Array | None) -> Array:
+    """The tokens that count: rows of loss weight 0 drop out of every normaliser."""
+    return mask if weights is None else mask & (weights[:, None] > 0)
+
+
 def _active(x: LossInputs) -> Array:
-    return x.mask if x.weights is None else x.mask & (x.weights[:, None] > 0)
+    return active_mask(x.mask, x.weights)
+
+
+# Metrics `policy_loss` reports as maxima; every other one is a mean over the active tokens
+# (so micro-batches combine them weighted by their token counts).
+MAX_METRICS = ("tis/max",)
 
 
 def normaliser(config: LossConfig, x: LossInputs) -> Array:

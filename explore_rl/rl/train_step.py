@@ -7,12 +7,18 @@ response token t comes from the hidden state before it: the prompt's last positi
 t = 0, response position t - 1 after.
 
 `train_step` = one optimizer step: gradients accumulated over micro-batches of whole
-groups (`lax.scan`), every micro-batch's loss divided by the whole batch's normaliser, then
-AdamW (clip by global norm, warm-up). A non-finite loss or gradient skips the update and
-keeps the params (counted in the metrics).
+groups, every micro-batch's loss divided by the whole batch's normaliser (so they sum to
+the full batch's loss exactly), then AdamW (clip by global norm, warm-up). A non-finite
+loss or gradient skips the update and keeps the params (counted in the metrics).
+
+Micro-batches (`plan_micro_batches`) are either `micro_batches` equal parts of the groups
+in order, or cut by a token budget (`micro_batch_tokens`, verl's dynamic batch size):
+groups sorted by their longest response, each micro-batch as many groups as fit the budget
+at its own length, its rows cut to that length (bucketed), so the padding past a
+micro-batch's longest response is not computed.
 
 Dimension letters: Q prompts, G rollouts per prompt, B = Q x G rows, L prompt length,
-T response length, M micro-batches.
+T response length, n groups in a micro-batch.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import struct
 from jaxtyping import Array, Bool, Float, Int
@@ -30,6 +37,7 @@ from explore_rl import parallel
 from explore_rl.models import transformer
 from explore_rl.models.presets import ModelConfig
 from explore_rl.rl import losses
+from explore_rl.sampling.sampler import bucket
 
 
 @struct.dataclass
@@ -54,6 +62,29 @@ class Batch:
     weights: Float[Array, " B"]  # explorers' per-row loss weights (1 = plain)
     ref_logp: Float[Array, "B T"] | None = None  # frozen reference policy, for the KL term
 
+    @property
+    def group_size(self) -> int:
+        return self.tokens.shape[0] // self.prompts.shape[0]
+
+    def take(self, groups: Int[Array, " n"], live: Bool[Array, " n"], length: int) -> Batch:
+        """Groups `groups` (where `live`; the others kept as shape, with no token in any
+        normaliser, loss or metric), their rows cut to `length` response tokens."""
+        g = self.group_size
+        rows = (groups[:, None] * g + jnp.arange(g)).reshape(-1)
+        keep = jnp.repeat(live, g)
+        tokens = lambda x: None if x is None else x[rows, :length]  # noqa: E731
+        return Batch(
+            prompts=self.prompts[groups],
+            prompt_mask=self.prompt_mask[groups],
+            tokens=tokens(self.tokens),
+            mask=tokens(self.mask) & keep[:, None],
+            advantages=self.advantages[rows],
+            behaviour_logp=tokens(self.behaviour_logp),
+            old_logp=tokens(self.old_logp),
+            weights=jnp.where(keep, self.weights[rows], 0.0),
+            ref_logp=tokens(self.ref_logp),
+        )
+
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
@@ -65,6 +96,8 @@ class OptimConfig:
     eps: float = 1e-8
     max_grad_norm: float = 1.0
     micro_batches: int = 1  # gradient accumulation: groups per micro-batch = Q / M
+    # or micro-batches cut by tokens (prompt + responses) per batch shard; 0 = by count
+    micro_batch_tokens: int = 0
 
 
 @functools.cache
@@ -114,15 +147,13 @@ def _continue_prompts(params, cfg, prompts, prompt_mask, inputs, mask, intervent
 
 def score(params: dict, cfg: ModelConfig, prompts, prompt_mask, tokens, mask, temperature=1.0):
     """log pi(token) and the entropy of pi at each response position, [B, T] each, pi =
-    softmax(logits / temperature) (the score temperature: `LossConfig.score_temperature`)."""
+    softmax(logits / temperature) (the score temperature: `LossConfig.score_temperature`).
+    No [B, T, V] logits are held (`transformer.token_logprobs`)."""
     g = tokens.shape[0] // prompts.shape[0]
     pre, out = _continue_prompts(params, cfg, prompts, prompt_mask, tokens[:, :-1], mask[:, :-1])
     first = jnp.repeat(pre.hidden[:, -1:], g, axis=0)
-    logits = transformer.lm_logits(params, cfg, jnp.concatenate([first, out.hidden], axis=1))
-    logp_all = jax.nn.log_softmax(logits / temperature, axis=-1)
-    logp = jnp.take_along_axis(logp_all, tokens[..., None], axis=-1)[..., 0]
-    entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
-    return logp, entropy
+    hidden = jnp.concatenate([first, out.hidden], axis=1)
+    return transformer.token_logprobs(params, cfg, hidden, tokens, temperature)
 
 
 def readout(params: dict, cfg: ModelConfig, prompts, prompt_mask, tokens, mask, layer: int):
@@ -135,15 +166,74 @@ def readout(params: dict, cfg: ModelConfig, prompts, prompt_mask, tokens, mask, 
     return _continue_prompts(below, cut, prompts, prompt_mask, tokens, mask, iv)[1].readout
 
 
-def group_slice(batch: Batch, m: int, i) -> Batch:
+def group_slice(batch: Batch, m: int, i: int) -> Batch:
     """Part i of m equal parts of the batch, whole groups each (they keep their prompt)."""
+    q = batch.prompts.shape[0]
+    groups = jnp.arange(i * (q // m), (i + 1) * (q // m))
+    return batch.take(groups, jnp.ones(q // m, bool), batch.tokens.shape[1])
 
-    def take(x, rows):
-        size = rows // m
-        return jax.lax.dynamic_slice_in_dim(x, i * size, size, axis=0)
 
-    q, b = batch.prompts.shape[0], batch.tokens.shape[0]
-    return jax.tree.map(lambda x: take(x, q if x.shape[0] == q and q != b else b), batch)
+@dataclasses.dataclass(frozen=True)
+class MicroBatch:
+    """The groups one gradient pass takes and the response tokens it keeps of each row."""
+
+    groups: np.ndarray  # [n] group indices; where `live` is False, a repeat that fills the shape
+    live: np.ndarray  # [n]
+    length: int
+
+
+def plan_micro_batches(
+    lengths: np.ndarray, oc: OptimConfig, prompt_len: int, t: int, shards: int = 1
+) -> list[MicroBatch]:
+    """How one optimizer step's Q groups (response `lengths` [Q, G], of at most `t`
+    tokens) are cut.
+
+    `micro_batch_tokens` 0: `micro_batches` equal parts in order, every row whole. Else
+    verl's dynamic batch size with whole groups: the groups sorted by their longest
+    response, each micro-batch at its first (longest) group's length bucket takes as many
+    groups as fit `micro_batch_tokens` per shard at that length (a group costs its prompt
+    once and its G rows: L + G x length), at least one per shard, a multiple of `shards`
+    (the batch axes' devices); its last micro-batch is filled out with groups not `live`.
+    The group count depends on the length bucket only, so there are as many programs as
+    buckets.
+    """
+    q, g = lengths.shape
+    if not oc.micro_batch_tokens:
+        parts = np.split(np.arange(q), oc.micro_batches)
+        return [MicroBatch(p, np.ones(len(p), bool), t) for p in parts]
+    longest = lengths.max(axis=1)
+    order = np.argsort(-longest, kind="stable")
+    plan, i = [], 0
+    while i < q:
+        length = min(bucket(max(int(longest[order[i]]), 1)), t)
+        fits = oc.micro_batch_tokens // (prompt_len + g * length)
+        n = max(fits, 1) * shards
+        taken = order[i : i + n]
+        live = np.arange(n) < len(taken)
+        plan.append(MicroBatch(np.resize(taken, n), live, length))
+        i += n
+    return plan
+
+
+def score_batch(params, cfg: ModelConfig, batch: Batch, plan: list[MicroBatch], temperature):
+    """`score`'s log-probs [B, T] of every row of `batch`, one micro-batch of `plan` (which
+    covers every group) at a time, so scoring never holds more than the update does."""
+    out = jnp.zeros(batch.tokens.shape, jnp.float32)
+    for mb in plan:
+        out = _score_into(
+            params, out, batch, jnp.asarray(mb.groups), jnp.asarray(mb.live), temperature,
+            cfg, mb.length,
+        )  # fmt: skip
+    return out
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "length"), donate_argnames=("out",))
+def _score_into(params, out, batch: Batch, groups, live, temperature, cfg, length):
+    mb = batch.take(groups, live, length)
+    logp, _ = score(params, cfg, mb.prompts, mb.prompt_mask, mb.tokens, mb.mask, temperature)
+    g = batch.group_size
+    rows = jnp.where(live[:, None], groups[:, None] * g + jnp.arange(g), out.shape[0])
+    return out.at[rows.reshape(-1), :length].set(logp, mode="drop")
 
 
 def _loss(params, cfg, lc: losses.LossConfig, mb: Batch, n):
@@ -175,16 +265,36 @@ def train_step(
     lc: losses.LossConfig,
     oc: OptimConfig,
     optimizer: optax.GradientTransformation,
+    lengths: np.ndarray | None = None,
 ):
-    """One optimizer step on `batch`; returns the new state and metrics (donates `state`)."""
+    """One optimizer step on `batch`; returns the new state and metrics (donates `state`).
+
+    `lengths` [Q, G]: the rows' response lengths, for a token budget's plan (default: read
+    from `batch.mask`, which a run of several processes cannot: its trainer passes them).
+    """
     clips = jnp.asarray([getattr(lc, k) for k in _TRACED_CLIPS], jnp.float32)
     program = dataclasses.replace(lc, **dict.fromkeys(_TRACED_CLIPS, 0.0))
-    return _train_step(state, batch, clips, cfg, program, oc, optimizer)
+    q, t = batch.prompts.shape[0], batch.tokens.shape[1]
+    if lengths is None and oc.micro_batch_tokens:
+        lengths = np.asarray(jax.device_get(batch.mask)).sum(axis=1).reshape(q, -1)
+    if lengths is None:  # equal parts at full length need no lengths
+        lengths = np.full((q, batch.group_size), t)
+    n = _normaliser(batch, clips, program)
+    grads, totals = None, None
+    for mb in plan_micro_batches(lengths, oc, batch.prompts.shape[1], t, parallel.batch_shards()):
+        grads, totals = _accumulate(
+            state.params, grads, totals, batch, jnp.asarray(mb.groups), jnp.asarray(mb.live),
+            n, clips, cfg, program, mb.length,
+        )  # fmt: skip
+    return _apply(state, grads, totals, optimizer)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "lc", "oc", "optimizer"), donate_argnums=0)
-def _train_step(state, batch, clips, cfg, lc, oc, optimizer):
-    lc = dataclasses.replace(lc, **dict(zip(_TRACED_CLIPS, clips)))
+def _with_clips(lc, clips):
+    return dataclasses.replace(lc, **dict(zip(_TRACED_CLIPS, clips)))
+
+
+@functools.partial(jax.jit, static_argnames=("lc",))
+def _normaliser(batch: Batch, clips, lc):
     x = losses.LossInputs(
         logp=batch.old_logp,
         old_logp=batch.old_logp,
@@ -192,27 +302,41 @@ def _train_step(state, batch, clips, cfg, lc, oc, optimizer):
         mask=batch.mask,
         weights=batch.weights,
     )
-    n = losses.normaliser(lc, x)
-    grad_fn = jax.value_and_grad(_loss, has_aux=True)
-    m = oc.micro_batches
+    return losses.normaliser(_with_clips(lc, clips), x)
 
-    def accumulate(carry, i):
-        (loss, metrics), grads = grad_fn(state.params, cfg, lc, group_slice(batch, m, i), n)
-        total_loss, total_metrics, total_grads = carry
-        add = lambda a, b: a + b  # noqa: E731
-        return (
-            total_loss + loss,
-            jax.tree.map(add, total_metrics, metrics),
-            parallel.constrain_params(jax.tree.map(add, total_grads, grads)),
-        ), None
 
-    # the gradient accumulator lives where the params do (sharded, not gathered)
-    zeros = parallel.constrain_params(jax.tree.map(jnp.zeros_like, state.params))
-    shapes = jax.eval_shape(lambda: grad_fn(state.params, cfg, lc, group_slice(batch, m, 0), n))
-    # summed and reported in float32, whatever the compute dtype
-    zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), shapes[0][1])
-    (loss, metrics, grads), _ = jax.lax.scan(accumulate, (0.0, zero_metrics, zeros), jnp.arange(m))
-    metrics = jax.tree.map(lambda v: v / m, metrics)  # per-micro-batch means
+@functools.partial(
+    jax.jit, static_argnames=("cfg", "lc", "length"), donate_argnames=("grads", "totals")
+)
+def _accumulate(params, grads, totals, batch, groups, live, n, clips, cfg, lc, length):
+    """Add one micro-batch's gradient (its loss over the whole batch's normaliser) and its
+    metrics, token-weighted: (grads, totals). The first one starts both."""
+    mb = batch.take(groups, live, length)
+    lc = _with_clips(lc, clips)
+    (loss, metrics), g = jax.value_and_grad(_loss, has_aux=True)(params, cfg, lc, mb, n)
+    tokens = jnp.sum(losses.active_mask(mb.mask, mb.weights)).astype(jnp.float32)
+    # metrics are token means of the micro-batch (maxima for losses.MAX_METRICS)
+    metrics = {
+        k: v if k in losses.MAX_METRICS else v.astype(jnp.float32) * tokens
+        for k, v in metrics.items()
+    }
+    new = {"loss": loss.astype(jnp.float32), "tokens": tokens, **metrics}
+    g = parallel.constrain_params(g)  # the accumulator lives where the params do
+    if grads is None:
+        return g, new
+    combine = {k: jnp.maximum if k in losses.MAX_METRICS else jnp.add for k in new}
+    totals = {k: combine[k](totals[k], v) for k, v in new.items()}
+    return parallel.constrain_params(jax.tree.map(jnp.add, grads, g)), totals
+
+
+@functools.partial(jax.jit, static_argnames=("optimizer",), donate_argnames=("state",))
+def _apply(state, grads, totals, optimizer):
+    loss, tokens = totals["loss"], jnp.maximum(totals["tokens"], 1.0)
+    metrics = {
+        k: v if k in losses.MAX_METRICS else v / tokens
+        for k, v in totals.items()
+        if k not in ("loss", "tokens")
+    }
     grad_norm = optax.global_norm(grads)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
 

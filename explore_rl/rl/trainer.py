@@ -40,21 +40,20 @@ from explore_rl.hoststate import HostState
 from explore_rl.logs import RunLogger, flatten
 from explore_rl.rewards.math import Verifier, extract_answer
 from explore_rl.rl import advantages as advantages_lib
-from explore_rl.rl import footprint
+from explore_rl.rl import footprint, sizing
 from explore_rl.rl import rollout as rollout_lib
 from explore_rl.rl.plan import RolloutPlan, base_plan
 from explore_rl.rl.train_step import (
     Batch,
+    OptimConfig,
     group_slice,
     init_state,
     make_optimizer,
-    score,
+    plan_micro_batches,
+    score_batch,
     train_step,
 )
 from explore_rl.sampling import engine as engine_lib
-from explore_rl.sampling import sampler
-
-score_jit = jax.jit(score, static_argnums=1)
 
 
 @struct.dataclass
@@ -235,7 +234,7 @@ def behaviour_is_pi_old(c, plan: RolloutPlan) -> bool:
 def make_batch(run: Run, progress: Progress, ro, step: int):
     """The update's batch (every row scored under its clean prompt) and the explorers'
     new states and metrics."""
-    c, cfg, params = run.config, run.cfg, progress.state.params
+    c, params = run.config, progress.state.params
     q, g = ro.rewards.shape
     ctx = run.context(params, step)
     rewards = exploration.rewards(run.explorers, progress.explorers, ro, ro.rewards, ctx)
@@ -243,34 +242,62 @@ def make_batch(run: Run, progress: Progress, ro, step: int):
     adv, weights, states, metrics = exploration.shape(
         run.explorers, progress.explorers, ro, np.asarray(adv), np.ones(q * g, np.float32), ctx
     )
-    prompts, pmask = jnp.asarray(ro.prompts), jnp.asarray(ro.prompt_mask)
-    rows = (prompts, pmask, ro.out.tokens, ro.out.mask, config_lib.score_temperature(c))
-    old = ro.out.logprobs if behaviour_is_pi_old(c, ro.plan) else score_jit(params, cfg, *rows)[0]
-    ref = None if run.ref_params is None else score_jit(run.ref_params, cfg, *rows)[0]
     batch = Batch(
-        prompts=prompts,
-        prompt_mask=pmask,
+        prompts=jnp.asarray(ro.prompts),
+        prompt_mask=jnp.asarray(ro.prompt_mask),
         tokens=ro.out.tokens,
         mask=ro.out.mask,
         advantages=jnp.asarray(adv, jnp.float32),
         behaviour_logp=ro.out.logprobs,
-        old_logp=old,
+        old_logp=ro.out.logprobs,
         weights=jnp.asarray(weights, jnp.float32),
-        ref_logp=ref,
     )
+    if not behaviour_is_pi_old(c, ro.plan):
+        batch = batch.replace(old_logp=score_rollouts(run, params, batch, ro))
+    if run.ref_params is not None:
+        batch = batch.replace(ref_logp=score_rollouts(run, run.ref_params, batch, ro))
     if run.mesh is not None:  # rows over ('data', 'fsdp'): each device updates its share
         batch = parallel.shard_batch(batch, run.mesh)
     return batch, states, metrics
 
 
-def update(state, batch: Batch, cfg, c, optimizer):
+def score_rollouts(run: Run, params, batch: Batch, ro) -> jax.Array:
+    """log pi(token) [B, T] of every rollout under the clean prompt at the score
+    temperature (pi_old, or the reference policy's), a micro-batch of the update at a
+    time: scoring takes no more memory than the update does."""
+    c = run.config
+    plan = plan_micro_batches(
+        response_lengths(ro), scoring_optim(c), batch.prompts.shape[1], batch.tokens.shape[1],
+        parallel.batch_shards(run.mesh),
+    )  # fmt: skip
+    return score_batch(params, run.cfg, batch, plan, config_lib.score_temperature(c))
+
+
+def response_lengths(ro) -> np.ndarray:
+    """Each row's response tokens, [Q, G] (host-side: every process has the whole mask)."""
+    return np.asarray(ro.out.mask).sum(axis=1).reshape(ro.rewards.shape)
+
+
+def scoring_optim(c) -> OptimConfig:
+    """The update's micro-batches over a whole rollout batch (every minibatch's): how
+    pi_old and the reference policy are scored."""
+    oc = config_lib.optim_config(c)
+    return dataclasses.replace(oc, micro_batches=oc.micro_batches * c.rl.minibatches)
+
+
+def update(state, batch: Batch, cfg, c, optimizer, lengths: np.ndarray | None = None):
+    """`rl.ppo_epochs` passes of `rl.minibatches` optimizer steps over the batch; `lengths`
+    [Q, G]: its rows' response lengths, for a token budget (a run of several processes
+    cannot read them from the batch)."""
     lc, oc = config_lib.loss_config(c), config_lib.optim_config(c)
-    metrics = []
+    m, metrics = c.rl.minibatches, []
+    per = batch.prompts.shape[0] // m
     for _ in range(c.rl.ppo_epochs):
-        for i in range(c.rl.minibatches):
-            mb = group_slice(batch, c.rl.minibatches, i)
-            state, m = train_step(state, mb, cfg, lc, oc, optimizer)
-            metrics.append(m)
+        for i in range(m):
+            mb = group_slice(batch, m, i)
+            part = None if lengths is None else lengths[i * per : (i + 1) * per]
+            state, out = train_step(state, mb, cfg, lc, oc, optimizer, part)
+            metrics.append(out)
     metrics = jax.device_get(metrics)  # one transfer; float(): the loss may be bfloat16
     return state, {k: float(np.mean([float(m[k]) for m in metrics])) for k in metrics[0]}
 
@@ -305,12 +332,24 @@ def start(c, workdir: str, verifier: Verifier, mesh: Mesh | None = None):
             "that some of its rows have a question and an answer and fit "
             "rollout.max_prompt_len"
         )
-    shape = exploration.step_shape(run.explorers, step_shape(c, run.longest_prompt))
-    run.memory_estimate = footprint.estimate(cfg, mesh, run.optimizer, shape, bool(c.rl.kl_coef))
-    if parallel.is_main_process():
+    sized, run.memory_estimate = sizing.size(
+        c, cfg, dict(mesh.shape), run.optimizer, run.longest_prompt, run.explorers
+    )
+    main = parallel.is_main_process()
+    if c.rollout.slots == "auto":  # the most slots that fit, up to every row at once
+        slots = sized.rollout.slots
+        run.settings = dataclasses.replace(
+            run.settings, engine=dataclasses.replace(run.settings.engine, slots=slots)
+        )
+        if main:
+            print(f"rollout.slots=auto: {slots or 'every row at once'}", file=sys.stderr)
+    if main:
         print(run.memory_estimate.summary(), file=sys.stderr)
     if c.train.check_memory:  # before the weights are read
-        run.memory_estimate.check()
+        sizing.check(
+            sized, cfg, dict(mesh.shape), run.optimizer, run.longest_prompt, run.explorers,
+            run.memory_estimate,
+        )  # fmt: skip
     params = config_lib.load_params(c, cfg, parallel.placer(mesh))
     run.ref_params = jax.tree.map(jnp.copy, params) if c.rl.kl_coef else None
     ctx = run.context(params, 0)
@@ -322,22 +361,6 @@ def start(c, workdir: str, verifier: Verifier, mesh: Mesh | None = None):
     if step:
         progress = ckpt.restore(step, progress)
     return run, progress, ckpt
-
-
-def step_shape(c, longest_prompt: int) -> footprint.StepShape:
-    """The sizes of one step of config `c` (prompts padded to the longest's bucket)."""
-    rows = c.rollout.prompts * c.rollout.group_size
-    slotted = 0 < c.rollout.slots < rows
-    split = c.rl.minibatches * c.optim.micro_batches
-    return footprint.StepShape(
-        prompts=c.rollout.prompts,
-        decode_rows=c.rollout.slots if slotted else rows,
-        prompt_len=sampler.bucket(max(longest_prompt, 1)),
-        new_tokens=c.rollout.max_new_tokens,
-        update_prompts=max(c.rollout.prompts // split, 1),
-        update_rows=max(rows // split, 1),
-        slotted=slotted,
-    )
 
 
 def train(c, workdir: str):
@@ -382,8 +405,12 @@ class _StopSignals:
 # The settings that make a run what it is (the rest may change when it resumes).
 _SAME_RUN = ("seed", "model.", "task.", "rollout.", "rl.", "optim.", "exploration.", "reward.name",
              "reward.fn", "reward.extractors", "reward.format_weight")  # fmt: skip
-# How rollouts are scheduled, not what they are: a resume may change it (less memory, say).
-_SCHEDULING = ("rollout.slots", "rollout.decode_chunk")
+# How rollouts and updates are scheduled, not what they are: a resume may change it (less
+# memory, say; results move by float rounding at most).
+_SCHEDULING = (
+    "rollout.slots", "rollout.decode_chunk", "model.attention", "model.attention_block",
+    "model.remat", "model.logits_chunk", "optim.micro_batches", "optim.micro_batch_tokens",
+)  # fmt: skip
 
 
 def _check_same_run(c, workdir: str) -> None:
@@ -500,7 +527,9 @@ def train_one_step(run: Run, progress: Progress, step: int):
     batch, states, explorer_metrics = make_batch(run, progress, ro, step)
     jax.block_until_ready(batch.old_logp)  # dispatch is asynchronous: time the work
     t2 = time.perf_counter()
-    state, train_metrics = update(progress.state, batch, run.cfg, run.config, run.optimizer)
+    state, train_metrics = update(
+        progress.state, batch, run.cfg, run.config, run.optimizer, response_lengths(ro)
+    )
     jax.block_until_ready(state.params)
     t3 = time.perf_counter()
     tokens = int(np.asarray(ro.out.mask).sum())

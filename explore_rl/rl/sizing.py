@@ -1,0 +1,149 @@
+"""A run's sizes from its config: the step's shape, its memory estimate, the decode slots
+`rollout.slots = "auto"` chooses, and the settings that would make a run fit.
+
+    shape = step_shape(c, longest_prompt, axis_sizes)
+    est = estimate(c, cfg, axis_sizes, optimizer, longest_prompt, explorers)
+
+Everything here is shapes: no weight is read, so a run that cannot fit is refused (with
+what would make it fit) before it loads anything, and a config can be sized for a mesh
+this machine does not have (`axis_sizes`, `capacity`).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+from ml_collections import ConfigDict
+
+from explore_rl.exploration import base as exploration
+from explore_rl.rl import footprint
+from explore_rl.sampling import sampler
+
+GIB = footprint.GIB
+
+
+def step_shape(c: ConfigDict, longest_prompt: int, axis_sizes: dict | None = None):
+    """The sizes of one step of config `c` (prompts padded to the longest's bucket) on a
+    mesh of `axis_sizes` (the batch shards a token budget's micro-batch is cut for)."""
+    rows = c.rollout.prompts * c.rollout.group_size
+    n_slots = 0 if c.rollout.slots == "auto" else c.rollout.slots
+    slotted = 0 < n_slots < rows
+    prompt_len = sampler.bucket(max(longest_prompt, 1))
+    g, t = c.rollout.group_size, c.rollout.max_new_tokens
+    groups = c.rollout.prompts // c.rl.minibatches  # an optimizer step's
+    if c.optim.micro_batch_tokens:  # the longest micro-batch: every row at full length
+        shards = math.prod((axis_sizes or {}).get(a, 1) for a in ("data", "fsdp"))
+        per_shard = max(c.optim.micro_batch_tokens // (prompt_len + g * t), 1)
+        update_prompts = min(per_shard * shards, groups)
+    else:
+        update_prompts = max(groups // c.optim.micro_batches, 1)
+    return footprint.StepShape(
+        prompts=c.rollout.prompts,
+        decode_rows=n_slots if slotted else rows,
+        prompt_len=prompt_len,
+        new_tokens=t,
+        update_prompts=update_prompts,
+        update_rows=update_prompts * g,
+        slotted=slotted,
+    )
+
+
+def estimate(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=None):
+    """The memory estimate of config `c` (with its explorers' extra rows and prompt
+    lengths) on a mesh of `axis_sizes`."""
+    shape = exploration.step_shape(explorers, step_shape(c, longest_prompt, axis_sizes))
+    return footprint.estimate(cfg, axis_sizes, optimizer, shape, bool(c.rl.kl_coef), capacity)
+
+
+def _variant(c: ConfigDict, **changes) -> ConfigDict:
+    out = copy.deepcopy(c)
+    for key, value in changes.items():
+        section, name = key.split(".")
+        out[section][name] = value
+    return out
+
+
+# The share of a device decode slots may fill by the estimate: the estimate counts arrays,
+# not the runtime, XLA's workspace or the allocator's fragmentation.
+SLOTS_HEADROOM = 0.9
+
+
+def fit_slots(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=None) -> int:
+    """The most decode slots, up to every row (0), with which the estimate fits in
+    `SLOTS_HEADROOM` of a device: a multiple of the batch axes' devices, so each holds
+    its own rows; the fewest (one per device) when none does (the refusal then names the
+    rest)."""
+    rows = c.rollout.prompts * c.rollout.group_size
+    shards = math.prod(axis_sizes.get(a, 1) for a in ("data", "fsdp"))
+
+    def fits(n):
+        v = _variant(c, **{"rollout.slots": n})
+        e = estimate(v, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity)
+        return e.peak <= SLOTS_HEADROOM * e.capacity
+
+    if fits(0):
+        return 0
+    low, high = 1, max((rows - 1) // shards, 1)  # slots per device, by bisection
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if fits(mid * shards) else (low, mid - 1)
+    return low * shards
+
+
+def fixes(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=None) -> list[str]:
+    """Settings with which a run that does not fit would, each with its peak: for the
+    update, rematerialised layers, else a token budget for its micro-batches (the largest
+    power of two that fits, with remat if need be); for the rollout, the most decode slots
+    that fit; together where both phases need it. Or more devices on fsdp."""
+
+    def est(v, cfg_, sizes=axis_sizes):
+        return estimate(v, cfg_, sizes, optimizer, longest_prompt, explorers, capacity)
+
+    def update_fits(v, cfg_):
+        e = est(v, cfg_)
+        return e.resident + e.update <= e.capacity
+
+    e = est(c, cfg)
+    settings, v, cfg_ = [], c, cfg
+    if not update_fits(c, cfg):
+        remat = cfg.replace(remat="block")
+        if cfg.remat == "none" and update_fits(c, remat):
+            settings, cfg_ = ["model.remat=block"], remat
+        else:
+            one_group = sampler.bucket(max(longest_prompt, 1)) + c.rollout.group_size * (
+                c.rollout.max_new_tokens
+            )
+            for b in (2**e for e in range(30, 0, -1) if 2**e >= one_group):
+                for name, candidate in (("", cfg), ("model.remat=block and ", remat)):
+                    budgeted = _variant(c, **{"optim.micro_batch_tokens": b})
+                    if not settings and update_fits(budgeted, candidate):
+                        settings = [f"{name}optim.micro_batch_tokens={b}"]
+                        v, cfg_ = budgeted, candidate
+    if e.resident + e.rollout > e.capacity and (not settings or update_fits(v, cfg_)):
+        n = fit_slots(v, cfg_, axis_sizes, optimizer, longest_prompt, explorers, capacity)
+        v = _variant(v, **{"rollout.slots": n})
+        settings.append(f"rollout.slots={n}")
+    found = []
+    if settings and (together := est(v, cfg_)).fits:
+        found.append(f"{' and '.join(settings)} (~{together.peak / GIB:.0f} GiB)")
+    for factor in (2, 4, 8, 16, 32, 64):
+        sizes = {**axis_sizes, "fsdp": axis_sizes.get("fsdp", 1) * factor}
+        if (more := est(c, cfg, sizes)).fits:
+            found.append(f"{factor}x the devices on mesh.fsdp (~{more.peak / GIB:.0f} GiB)")
+            break
+    return found
+
+
+def check(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, est) -> None:
+    """Refuse, in one line, a run whose estimate `est` does not fit, naming what would."""
+    if not est.fits:
+        est.check(fixes(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, est.capacity_of))
+
+
+def size(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=None):
+    """(c with `rollout.slots` a count: "auto" becomes `fit_slots`', the estimate of it)."""
+    if c.rollout.slots == "auto":
+        n = fit_slots(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity)
+        c = _variant(c, **{"rollout.slots": n})
+    return c, estimate(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity)
