@@ -54,7 +54,9 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.model.attention = "auto"  # auto | dense | blockwise
     c.model.attention_block = 512  # tokens per attention tile
     c.model.remat = "none"  # recompute each layer in the backward: none | block | dots
-    c.model.logits_chunk = 128  # positions of a row whose [*, vocab] logits are held at once
+    c.model.logits_chunk = (
+        2048  # tokens (a device's rows x positions) whose logits are held at once
+    )
 
     c.task = ConfigDict()
     c.task.name = "arithmetic"  # a registered task: arithmetic (in code) | jsonl (dataset files)

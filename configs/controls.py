@@ -28,8 +28,10 @@ def _clip_higher(c):  # grpo.py already has DAPO's 0.28; the control widens it (
 def _group(c):  # twice the rollouts per prompt, same prompts per step
     c.rollout.group_size *= 2
     # twice the rows per micro-batch is twice the memory: split further where groups allow
-    per_minibatch = c.rollout.prompts // c.rl.minibatches
-    c.optim.micro_batches = min(2 * c.optim.micro_batches, per_minibatch)
+    # (a token budget, optim.micro_batch_tokens, already counts the rows)
+    if not c.optim.micro_batch_tokens:
+        per_minibatch = c.rollout.prompts // c.rl.minibatches
+        c.optim.micro_batches = min(2 * c.optim.micro_batches, per_minibatch)
 
 
 def _dapo(c):  # dynamic sampling: refill until 0 < correct < G (Yu et al. 2025)

@@ -135,6 +135,11 @@ def validate(c: ConfigDict) -> None:
         f"optim.micro_batches={c.optim.micro_batches} must divide the {per_minibatch} "
         "prompts of a minibatch",
     )
+    _check(
+        not c.optim.micro_batch_tokens or c.optim.micro_batches == 1,
+        f"optim.micro_batches={c.optim.micro_batches} with optim.micro_batch_tokens="
+        f"{c.optim.micro_batch_tokens}: give one (the token budget cuts the micro-batches)",
+    )
     tasks.get(task_name(c))  # a registered task
     if task_name(c) == "jsonl":
         _check(

@@ -155,10 +155,13 @@ def _axis_sizes() -> dict | None:
     return None if mesh.empty or mesh.size == 1 else dict(mesh.shape)
 
 
-def batch_shards(mesh: Mesh | None = None) -> int:
-    """The devices a batch's rows are split over: data x fsdp of `mesh`, else of the mesh
-    in use (`use`), else 1."""
-    sizes = dict(mesh.shape) if mesh is not None else (_axis_sizes() or {})
+def batch_shards(mesh: Mesh | dict | None = None) -> int:
+    """The devices a batch's rows are split over: data x fsdp of `mesh` (or of its axis
+    sizes, a dict), else of the mesh in use (`use`), else 1."""
+    if mesh is None:
+        sizes = _axis_sizes() or {}
+    else:
+        sizes = mesh if isinstance(mesh, dict) else dict(mesh.shape)
     return math.prod(sizes.get(a, 1) for a in BATCH_AXES)
 
 

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from conftest import assert_float32_close, left_padded_batch
 
+from configs import grpo
+from explore_rl import config as config_lib
 from explore_rl.models import presets, transformer
 from explore_rl.models.transformer import Interventions
 from explore_rl.rl import losses
@@ -157,6 +159,9 @@ def test_token_budget_micro_batches_cover_every_group_once_at_its_length():
     assert [p.length for p in plan] == sorted((p.length for p in plan), reverse=True)
     equal = plan_micro_batches(lengths, OptimConfig(), prompt_len=48, t=200)
     assert len(equal) == 1 and equal[0].length == 200 and equal[0].live.all()
+    # a budget wider than the step: its 3 groups and one filler, not the budget's 80 a shard
+    (whole,) = plan_micro_batches(lengths[:3], OptimConfig(micro_batch_tokens=10**5), 48, 200, 2)
+    assert len(whole.groups) == 4 and whole.live.sum() == 3
 
 
 def test_a_token_budget_gives_the_whole_batch_update():
@@ -181,6 +186,28 @@ def test_a_token_budget_gives_the_whole_batch_update():
     for a, b in zip(jax.tree.leaves(p2), jax.tree.leaves(p1)):
         # Adam moves every weight by ~lr: the update's rounding is lr's, not the weight's
         assert_float32_close(a, b, scale=1e-3, ulps=2048)
+
+
+def test_log_probs_past_a_rows_end_do_not_reach_the_update():
+    """Scoring cuts a row at its own micro-batch's length and leaves 0 past it; the update
+    may cut it longer. Whatever the stored log-probs there (here 200: exp(200) overflows
+    float32), the loss and gradients are those of a batch without them."""
+    params, cfg = _model("tiny-qwen2")
+    prompts, pmask, tokens, mask = _rows(11)
+    old, _ = score(params, cfg, prompts, pmask, tokens, mask)
+    lc = losses.LossConfig(tis_cap=2.0, kl_coef=0.1)
+    adv = jax.random.normal(jax.random.key(12), (Q * G,))
+
+    def loss_and_grads(stored):
+        batch = Batch(prompts, pmask, tokens, mask, adv, stored, stored, jnp.ones(Q * G), stored)
+        f = jax.jit(jax.value_and_grad(lambda p: _loss(p, cfg, lc, batch, jnp.sum(mask))[0]))
+        return f(params)
+
+    loss, grads = loss_and_grads(jnp.where(mask, old, 200.0))
+    ref_loss, ref_grads = loss_and_grads(old)
+    assert np.isfinite(loss) and loss == ref_loss
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):
+        np.testing.assert_array_equal(a, b)  # the same program on equal values
 
 
 def _update_temp_bytes(cfg, t: int) -> int:
@@ -219,3 +246,7 @@ def test_memory_settings_are_checked():
         with pytest.raises(ValueError, match=message):
             presets.get_preset("tiny-llama", **kw)
     assert dataclasses.replace(presets.get_preset("tiny-llama"), remat="dots").remat == "dots"
+    c = grpo.get_config("smoke")
+    c.optim.micro_batch_tokens, c.optim.micro_batches = 4096, 2
+    with pytest.raises(ValueError, match="micro_batches=2 with optim.micro_batch_tokens=4096"):
+        config_lib.validate(c)

@@ -58,11 +58,13 @@ def attention(
     """Softmax attention of q over the union of `sets` (in that order).
 
     `auto` is `dense` up to `block` queries and `blockwise` above: a long prefill or the
-    update's scoring pass never holds a [T, S] score matrix.
+    update's scoring pass never holds a [T, S] score matrix. A one-query decode step is
+    dense under either (its [1, S] scores are the keys' size; a query block would pad it
+    `block`-fold).
     """
     b, n, t, h = q.shape
     qg = q.reshape(b, sets[0].k.shape[1], n // sets[0].k.shape[1], t, h)
-    if implementation == "dense" or (implementation == "auto" and t <= block):
+    if implementation == "dense" or t == 1 or (implementation == "auto" and t <= block):
         out = _dense(qg, sets)
     else:
         out = _blockwise(qg, tuple(sets), block)
@@ -205,7 +207,8 @@ def _forward_block(q, sets, i, block: int):
         carry = tuple(_by_key_row(x, r) for x in (acc, m, total))
         carry, _ = jax.lax.scan(fold, carry, jnp.arange(keys.k.shape[2] // block))
         acc, m, total = (_by_query_row(x) for x in carry)
-    # A query with no valid key anywhere (a pad position) gets a zero output, not 0 / 0.
+    # A query with no valid key anywhere (a pad position) gets a finite output, not 0 / 0;
+    # nothing reads it.
     safe = jnp.where(total > 0, total, 1.0)
     return acc / safe[..., None], m + jnp.log(safe)
 

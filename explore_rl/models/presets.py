@@ -63,7 +63,8 @@ class ModelConfig:
     attention: str = "auto"  # dense | blockwise | auto: blockwise past attention_block queries
     attention_block: int = 512  # query and key tokens per blockwise attention tile
     remat: str = "none"  # recompute in the backward: none | block | dots (keep matmul outputs)
-    logits_chunk: int = 128  # tokens of a row whose [*, V] logits a log-prob pass holds at once
+    # tokens (a device's rows x positions) whose [*, V] logits a log-prob pass holds at once
+    logits_chunk: int = 2048
 
     def __post_init__(self):
         if self.family not in FAMILIES:

@@ -414,13 +414,17 @@ def token_logprobs(
     """log pi(tokens[b, t]) and the entropy of pi at each position, pi = softmax(logits /
     temperature), from the final hidden states.
 
-    `cfg.logits_chunk` positions at a time (Tunix's `compute_per_token_logps`): each
-    chunk's float32 [B, C, V] logits are made, reduced and dropped, and the backward makes
-    them again (a rematerialised scan step), so neither pass holds [B, T, V]. With the
+    C positions at a time (Tunix's `compute_per_token_logps`), C such that a device's rows
+    times C is at most `cfg.logits_chunk` tokens (at least one position): each chunk's
+    float32 [B, C, V] logits are made, reduced and dropped, and the backward makes them
+    again (a rematerialised scan step), so neither pass holds [B, T, V] (a single chunk is
+    kept instead: the backward starts with it). Cut by tokens, not positions, so a
+    micro-batch of many short rows holds no more than one of few long ones. With the
     vocabulary over the tensor axis, the log-softmax reduces over its shards.
     """
     b, t, d = hidden.shape
-    c = min(cfg.logits_chunk, t)
+    rows = max(b // parallel.batch_shards(), 1)  # a device's
+    c = max(min(cfg.logits_chunk // rows, t), 1)
     n = -(-t // c)
     pad = n * c - t
 
@@ -428,13 +432,15 @@ def token_logprobs(
         padded = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
         return jnp.moveaxis(padded.reshape(b, n, c, *x.shape[2:]), 1, 0)
 
-    @jax.checkpoint
     def one(h, tok):
         logp_all = jax.nn.log_softmax(lm_logits(params, cfg, h) / temperature, axis=-1)
         logp = jnp.take_along_axis(logp_all, tok[..., None], axis=-1)[..., 0]
         return logp, -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
 
-    logp, entropy = jax.lax.map(lambda x: one(*x), (chunks(hidden), chunks(tokens)))
+    # One chunk's residuals are used first thing in the backward: remaking them would cost
+    # an LM-head matmul and save no memory.
+    step = one if n == 1 else jax.checkpoint(one)
+    logp, entropy = jax.lax.map(lambda x: step(*x), (chunks(hidden), chunks(tokens)))
     unchunk = lambda x: jnp.moveaxis(x, 0, 1).reshape(b, n * c)[:, :t]  # noqa: E731
     return unchunk(logp), unchunk(entropy)
 

@@ -18,7 +18,7 @@ A step's peak is what stays resident plus the larger of its two phases:
   attention's gradients of one layer's scores; blockwise, a tile per row. With
   `remat=block` a layer keeps its input only and the backward rebuilds one layer, and its
   cotangents, at a time (twice a layer's activations); `dots` also keeps its weight
-  matmuls' outputs. The log-probs hold one chunk of positions'
+  matmuls' outputs. The log-probs hold one chunk's (`model.logits_chunk` tokens)
   float32 logits, their log-softmax and its gradient (`model.logits_chunk`), and the
   final hidden states the chunks are cut from.
 
@@ -253,7 +253,7 @@ def estimate(
     )
     if cfg.remat != "none":  # the backward rebuilds one layer, and its cotangents, at a time
         workspace += 2 * (p_tok * z.full(s.prompt_len, s.prompt_len) + r_tok * z.full(length, keys))
-    chunk = min(cfg.logits_chunk, length)
+    chunk = max(min(cfg.logits_chunk // max(u_rows, 1), length), 1)  # `token_logprobs`'
     logits = u_rows * chunk * z.v * 4 * 3 + r_tok * z.d * a  # + the hidden states it cuts
     capacity, device = capacity or device_capacity()
     terms = {

@@ -12,10 +12,10 @@ this machine does not have (`axis_sizes`, `capacity`).
 from __future__ import annotations
 
 import copy
-import math
 
 from ml_collections import ConfigDict
 
+from explore_rl import parallel
 from explore_rl.exploration import base as exploration
 from explore_rl.rl import footprint
 from explore_rl.sampling import sampler
@@ -23,19 +23,21 @@ from explore_rl.sampling import sampler
 GIB = footprint.GIB
 
 
-def step_shape(c: ConfigDict, longest_prompt: int, axis_sizes: dict | None = None):
+def step_shape(c: ConfigDict, longest_prompt: int, axis_sizes: dict | None = None, length: int = 0):
     """The sizes of one step of config `c` (prompts padded to the longest's bucket) on a
-    mesh of `axis_sizes` (the batch shards a token budget's micro-batch is cut for)."""
+    mesh of `axis_sizes` (the batch shards a token budget's micro-batch is cut for), its
+    update's micro-batch at `length` tokens (0: the longest)."""
     rows = c.rollout.prompts * c.rollout.group_size
     n_slots = 0 if c.rollout.slots == "auto" else c.rollout.slots
     slotted = 0 < n_slots < rows
     prompt_len = sampler.bucket(max(longest_prompt, 1))
     g, t = c.rollout.group_size, c.rollout.max_new_tokens
     groups = c.rollout.prompts // c.rl.minibatches  # an optimizer step's
-    if c.optim.micro_batch_tokens:  # the longest micro-batch: every row at full length
-        shards = math.prod((axis_sizes or {}).get(a, 1) for a in ("data", "fsdp"))
-        per_shard = max(c.optim.micro_batch_tokens // (prompt_len + g * t), 1)
-        update_prompts = min(per_shard * shards, groups)
+    length = length or t
+    if c.optim.micro_batch_tokens:  # `train_step.plan_micro_batches`' groups at `length`
+        shards = parallel.batch_shards(axis_sizes or {})
+        per_shard = max(c.optim.micro_batch_tokens // (prompt_len + g * length), 1)
+        update_prompts = min(per_shard, -(-groups // shards)) * shards
     else:
         update_prompts = max(groups // c.optim.micro_batches, 1)
     return footprint.StepShape(
@@ -45,15 +47,29 @@ def step_shape(c: ConfigDict, longest_prompt: int, axis_sizes: dict | None = Non
         new_tokens=t,
         update_prompts=update_prompts,
         update_rows=update_prompts * g,
+        update_length=length,
         slotted=slotted,
     )
 
 
 def estimate(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=None):
     """The memory estimate of config `c` (with its explorers' extra rows and prompt
-    lengths) on a mesh of `axis_sizes`."""
-    shape = exploration.step_shape(explorers, step_shape(c, longest_prompt, axis_sizes))
-    return footprint.estimate(cfg, axis_sizes, optimizer, shape, bool(c.rl.kl_coef), capacity)
+    lengths) on a mesh of `axis_sizes`. A token budget's micro-batches trade rows for
+    length: the update is its widest micro-batch's (the shortest bucket, most groups) or
+    its longest's, whichever is larger."""
+    lengths = [0, sampler.bucket(1)] if c.optim.micro_batch_tokens else [0]
+    estimates = [
+        footprint.estimate(
+            cfg,
+            axis_sizes,
+            optimizer,
+            exploration.step_shape(explorers, step_shape(c, longest_prompt, axis_sizes, n)),
+            bool(c.rl.kl_coef),
+            capacity,
+        )  # fmt: skip
+        for n in lengths
+    ]
+    return max(estimates, key=lambda e: e.update)
 
 
 def _variant(c: ConfigDict, **changes) -> ConfigDict:
@@ -75,12 +91,12 @@ def fit_slots(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity
     its own rows; the fewest (one per device) when none does (the refusal then names the
     rest)."""
     rows = c.rollout.prompts * c.rollout.group_size
-    shards = math.prod(axis_sizes.get(a, 1) for a in ("data", "fsdp"))
+    shards = parallel.batch_shards(axis_sizes)
 
-    def fits(n):
+    def fits(n):  # the rollout's phase: the update's does not depend on the slots
         v = _variant(c, **{"rollout.slots": n})
         e = estimate(v, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity)
-        return e.peak <= SLOTS_HEADROOM * e.capacity
+        return e.resident + e.rollout <= SLOTS_HEADROOM * e.capacity
 
     if fits(0):
         return 0

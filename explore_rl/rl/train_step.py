@@ -192,10 +192,11 @@ def plan_micro_batches(
     verl's dynamic batch size with whole groups: the groups sorted by their longest
     response, each micro-batch at its first (longest) group's length bucket takes as many
     groups as fit `micro_batch_tokens` per shard at that length (a group costs its prompt
-    once and its G rows: L + G x length), at least one per shard, a multiple of `shards`
-    (the batch axes' devices); its last micro-batch is filled out with groups not `live`.
-    The group count depends on the length bucket only, so there are as many programs as
-    buckets.
+    once and its G rows: L + G x length), at least one per shard and no more than the
+    step's groups need, a multiple of `shards` (the batch axes' devices); its last
+    micro-batch is filled out with groups not `live`. The group count depends on the
+    length bucket only, so each bucket is one shape (two programs: the first micro-batch's
+    starts the gradient sum).
     """
     q, g = lengths.shape
     if not oc.micro_batch_tokens:
@@ -207,7 +208,7 @@ def plan_micro_batches(
     while i < q:
         length = min(bucket(max(int(longest[order[i]]), 1)), t)
         fits = oc.micro_batch_tokens // (prompt_len + g * length)
-        n = max(fits, 1) * shards
+        n = min(max(fits, 1), -(-q // shards)) * shards
         taken = order[i : i + n]
         live = np.arange(n) < len(taken)
         plan.append(MicroBatch(np.resize(taken, n), live, length))
@@ -240,13 +241,20 @@ def _loss(params, cfg, lc: losses.LossConfig, mb: Batch, n):
     logp, entropy = score(
         params, cfg, mb.prompts, mb.prompt_mask, mb.tokens, mb.mask, lc.score_temperature
     )
+
+    def here(v):
+        # Past a row's end the stored log-probs are whatever its scoring left (0 where a
+        # micro-batch cut it shorter): there they are logp's own, so no ratio or KL term
+        # of a masked token overflows (exp of it would turn its zero cotangent into NaN).
+        return None if v is None else jnp.where(mb.mask, v, jax.lax.stop_gradient(logp))
+
     x = losses.LossInputs(
         logp=logp,
-        old_logp=mb.old_logp,
+        old_logp=here(mb.old_logp),
         advantages=mb.advantages,
         mask=mb.mask,
-        behaviour_logp=mb.behaviour_logp,
-        ref_logp=mb.ref_logp,
+        behaviour_logp=here(mb.behaviour_logp),
+        ref_logp=here(mb.ref_logp),
         entropy=entropy,
         weights=mb.weights,
     )
