@@ -203,10 +203,6 @@ def active_mask(mask: Array, weights: Array | None) -> Array:
     return mask if weights is None else mask & (weights[:, None] > 0)
 
 
-def _active(x: LossInputs) -> Array:
-    return active_mask(x.mask, x.weights)
-
-
 # Metrics `policy_loss` reports as maxima; every other one is a mean over the active tokens
 # (so micro-batches combine them weighted by their token counts).
 MAX_METRICS = ("tis/max",)
@@ -214,12 +210,14 @@ MAX_METRICS = ("tis/max",)
 
 def normaliser(config: LossConfig, x: LossInputs) -> Array:
     """The aggregation's denominator for this (full) batch."""
-    return AGGREGATIONS[config.aggregation].normaliser(_active(x), config.max_response_len)
+    return AGGREGATIONS[config.aggregation].normaliser(
+        active_mask(x.mask, x.weights), config.max_response_len
+    )
 
 
 def policy_loss(config: LossConfig, x: LossInputs, n: Array | None = None):
     """Scalar loss and metrics. `n`: the full batch's normaliser (for micro-batches)."""
-    mask = _active(x)
+    mask = active_mask(x.mask, x.weights)
     agg = AGGREGATIONS[config.aggregation]
     n = agg.normaliser(mask, config.max_response_len) if n is None else n
     loss_tok, low, high = POLICY_LOSSES[config.policy](x, config)

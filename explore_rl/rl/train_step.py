@@ -48,6 +48,11 @@ class TrainState:
     skipped: Int[Array, ""]  # updates skipped for a non-finite loss or gradient
 
 
+def _group_rows(groups: Int[Array, " n"], g: int) -> Int[Array, "n G"]:
+    """The batch rows of `groups` (a group's G rows are consecutive)."""
+    return groups[:, None] * g + jnp.arange(g)
+
+
 @struct.dataclass
 class Batch:
     """One rollout batch, rows grouped by prompt (row b answers prompt b // G)."""
@@ -70,7 +75,7 @@ class Batch:
         """Groups `groups` (where `live`; the others kept as shape, with no token in any
         normaliser, loss or metric), their rows cut to `length` response tokens."""
         g = self.group_size
-        rows = (groups[:, None] * g + jnp.arange(g)).reshape(-1)
+        rows = _group_rows(groups, g).reshape(-1)
         keep = jnp.repeat(live, g)
         tokens = lambda x: None if x is None else x[rows, :length]  # noqa: E731
         return Batch(
@@ -233,7 +238,7 @@ def _score_into(params, out, batch: Batch, groups, live, temperature, cfg, lengt
     mb = batch.take(groups, live, length)
     logp, _ = score(params, cfg, mb.prompts, mb.prompt_mask, mb.tokens, mb.mask, temperature)
     g = batch.group_size
-    rows = jnp.where(live[:, None], groups[:, None] * g + jnp.arange(g), out.shape[0])
+    rows = jnp.where(live[:, None], _group_rows(groups, g), out.shape[0])
     return out.at[rows.reshape(-1), :length].set(logp, mode="drop")
 
 
