@@ -11,8 +11,12 @@ are written and made visible together."""
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
 import re
+import socket
+import time
 
 import jax
 import orbax.checkpoint as ocp
@@ -93,6 +97,50 @@ class Checkpointer:
                 f"complete checkpoint, {survivor}: free space and rerun the same command to "
                 "resume"
             ) from error
+
+
+def open_workdir(workdir: str) -> None:
+    """Make the run directory `workdir`, or refuse it (a file, not writable)."""
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise ValueError(f"--workdir {workdir}: a file, not a folder")
+    os.makedirs(workdir, exist_ok=True)
+    if not os.access(workdir, os.W_OK):
+        raise ValueError(f"--workdir {workdir}: not writable")
+
+
+@contextlib.contextmanager
+def only_writer(workdir: str, take: bool = True):
+    """While held, no other run writes `workdir`: two resumes of one run would log each
+    step twice, and two new runs would race on one temporary checkpoint folder. An
+    advisory `flock` on `workdir/.lock`, which the kernel drops when its holder dies (a
+    `kill -9` leaves no stale lock); the file names the holder while held and is emptied
+    on release, so a run's bytes do not depend on who ran it last. A run of several
+    processes takes it once, in its main process (`take`)."""
+    if not take:
+        yield
+        return
+    open_workdir(workdir)
+    path = os.path.join(workdir, ".lock")
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EACCES):
+                raise ValueError(f"--workdir {workdir}: cannot lock {path} ({e.strerror})") from e
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise ValueError(
+                f"--workdir {workdir} is in use by {holder}: one run per work directory "
+                "(wait for it to end or stop it)"
+            ) from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%c')}\n")
+        f.flush()
+        try:
+            yield
+        finally:
+            f.truncate(0)
 
 
 def _is_write_error(error: BaseException) -> bool:

@@ -121,6 +121,11 @@ def validate(c: ConfigDict) -> None:
     _check(0 < r.top_p <= 1, f"rollout.top_p={r.top_p}: must be in (0, 1]")
     _check(r.temperature >= 0, f"rollout.temperature={r.temperature}: must be >= 0")
     advantages.ADVANTAGES.get(c.rl.advantage)  # a registered estimator
+    counts = {"rl.minibatches": c.rl.minibatches, "rl.ppo_epochs": c.rl.ppo_epochs,
+              "optim.micro_batches": c.optim.micro_batches}  # fmt: skip
+    for key, value in counts.items():  # before they divide anything
+        _check(value >= 1, f"{key}={value}: need at least 1")
+    _check(c.optim.lr > 0, f"optim.lr={c.optim.lr}: must be > 0")
     _check(
         r.prompts % c.rl.minibatches == 0,
         f"rl.minibatches={c.rl.minibatches} must divide rollout.prompts={r.prompts}",
@@ -163,6 +168,10 @@ def validate(c: ConfigDict) -> None:
         c.train.steps >= 1 and c.train.log_every >= 1 and c.train.checkpoint_every >= 1,
         "train.steps, train.log_every and train.checkpoint_every must be >= 1",
     )
+    _check(  # Orbax keeps none at 0: the next save would delete every checkpoint of the run
+        c.train.keep_checkpoints >= 1,
+        f"train.keep_checkpoints={c.train.keep_checkpoints}: need at least 1",
+    )
     _check(c.eval.samples >= 1, f"eval.samples={c.eval.samples}: need at least 1")
     _check(
         c.reward.workers >= 1 and c.reward.timeout > 0 and c.reward.memory_mb >= 0,
@@ -177,6 +186,17 @@ def validate(c: ConfigDict) -> None:
     exploration.build(c)  # each method's checks, and conflicts between methods
     loss_config(c)  # its own checks (names, gspo + aggregation, dual clip)
     sampling_config(c, stop_ids=())
+    sampling_config(c, stop_ids=(), section="eval")  # now, not after the first steps
+    _check(c.eval.batch_prompts >= 1, f"eval.batch_prompts={c.eval.batch_prompts}: need >= 1")
+
+
+def validate_sample(c: ConfigDict) -> None:
+    """--mode sample's settings, before the model is read."""
+    s = c.sample
+    for key in ("num_prompts", "samples_per_prompt"):
+        _check(s[key] >= 1, f"sample.{key}={s[key]}: need at least 1")
+    _check(s.temperature >= 0, f"sample.temperature={s.temperature}: must be >= 0")
+    sampling_config(c, stop_ids=(), section="sample")
 
 
 def _check_paths(c: ConfigDict) -> None:
@@ -252,7 +272,10 @@ def sampling_config(c: ConfigDict, stop_ids, section: str = "rollout") -> Sampli
     """The static sampling settings of a config section with max_new_tokens, top_p and
     (optionally) top_k: `rollout` (training), `eval` or `sample` (--mode sample)."""
     s = c[section]
-    return SamplingConfig(s.max_new_tokens, s.top_p, s.get("top_k", 0), tuple(stop_ids))
+    try:
+        return SamplingConfig(s.max_new_tokens, s.top_p, s.get("top_k", 0), tuple(stop_ids))
+    except ValueError as e:  # the section's key, not the dataclass's field
+        raise ValueError(f"config: {section}.{e}") from None
 
 
 def prompt_format(c: ConfigDict) -> PromptFormat:

@@ -75,6 +75,7 @@ def load_prompts(config) -> list[tuple[str, str | None]]:
 
 
 def run_sample(config, workdir: str | None) -> list[dict]:
+    config_lib.validate_sample(config)
     start = time.perf_counter()
     mesh = config_lib.mesh(config)  # rows decoded over every device (and process)
     params, cfg, tok = config_lib.load_policy(config, parallel.placer(mesh))

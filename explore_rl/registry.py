@@ -13,6 +13,7 @@ With `package`, a name not yet registered is first looked for as the module
 from __future__ import annotations
 
 import importlib
+import pkgutil
 
 
 class Registry(dict):
@@ -41,5 +42,12 @@ class Registry(dict):
                 if e.name != module:
                     raise
         if name not in self:
-            raise ValueError(f"config: {self.config_key}={name!r}: known {sorted(self)}")
+            raise ValueError(f"config: {self.config_key}={name!r}: known {self.known()}")
         return self[name]
+
+    def known(self) -> list[str]:
+        """Every name, the ones whose module has not been imported yet too."""
+        if self.package:
+            for m in pkgutil.iter_modules(importlib.import_module(self.package).__path__):
+                importlib.import_module(f"{self.package}.{m.name}")
+        return sorted(self)

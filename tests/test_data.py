@@ -85,6 +85,16 @@ def test_jsonl_errors_name_the_line(tmp_path):
         ValueError, match=r"d.jsonl: line 1: no field 'q' \(fields: \['a', 'question'\]\)"
     ):
         tasks.read_problems(str(path), spec)
+    # bytes that are not UTF-8 (a Latin-1 export), and files that are not what they are named
+    path.write_bytes('{"q": "1+1", "a": "2"}\n{"q": "caf\u00e9", "a": "1"}\n'.encode("latin-1"))
+    with pytest.raises(ValueError, match=r"d.jsonl:2: not UTF-8 text \(byte 10: invalid"):
+        tasks.read_problems(str(path), spec)
+    (tmp_path / "d.json").write_bytes(b'[{"q": "caf\xe9"}]')
+    with pytest.raises(ValueError, match=r"d.json: not UTF-8 text \(byte 11"):
+        tasks.read_problems(str(tmp_path / "d.json"), spec)
+    (tmp_path / "d.parquet").write_text('{"q": "1+1", "a": "2"}\n')
+    with pytest.raises(ValueError, match=r"d.parquet: not a Parquet file \("):
+        tasks.read_problems(str(tmp_path / "d.parquet"), spec)
 
 
 @tasks.register("test_two_sums")

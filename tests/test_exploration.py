@@ -1,6 +1,10 @@
 """The Explorer interface: explorers written here plug in without touching core modules,
 compose in order, keep their state through checkpoints, and conflicting ones are refused."""
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -142,6 +146,13 @@ def test_plans_compose_in_order():
 def test_config_errors_name_the_problem():
     with pytest.raises(ValueError, match="exploration.methods='nope': known"):
         config_lib.validate(_config(("nope",)))
+    # in a process that has imported no method yet (the registry is filled on import)
+    out = subprocess.run(
+        [sys.executable, "-c", "from explore_rl.exploration import base; base.get('nope')"],
+        env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True,
+    )  # fmt: skip
+    last = out.stderr.strip().splitlines()[-1]
+    assert all(repr(m) in last for m in ("ase", "ead", "eden", "extra")), last
     with pytest.raises(ValueError, match="'test_anchor_a' and 'test_anchor_b' both set extra"):
         config_lib.validate(_config(("test_anchor_a", "test_anchor_b")))
     c = _config(("ead",))

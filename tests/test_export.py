@@ -97,6 +97,10 @@ def test_export_shards_casts_and_refuses_a_used_folder(tmp_path):
     assert _same(params, jax.tree.map(lambda x: np.asarray(x).astype(ml_dtypes.bfloat16), step1))
     with pytest.raises(ValueError, match="not empty"):
         export.run_export(c, out)
+    for inside in ("run/checkpoints/hf", "run/hf"):  # resume and eval would break on it
+        with pytest.raises(ValueError, match=f"inside the run directory {tmp_path / 'run'};"):
+            export.run_export(c, str(tmp_path / inside))
+        assert not (tmp_path / inside).exists()
 
 
 def test_the_embedded_model_exports_through_the_cli(tmp_path):

@@ -76,3 +76,26 @@ def test_sample_mode_honours_random_init(tmp_path, capsys):
     assert [s["prompt"] for s in samples] == ["What is 2 + 2?"] * 2
     out = capsys.readouterr().out
     assert "(llama, 2M params)" in out and "135M" not in out
+
+
+@pytest.mark.parametrize(
+    "key,value,words",
+    [
+        ("samples_per_prompt", 0, "sample.samples_per_prompt=0: need at least 1"),
+        ("num_prompts", 0, "sample.num_prompts=0: need at least 1"),
+        ("max_new_tokens", 0, "sample.max_new_tokens=0: need at least 1"),
+        ("top_k", -1, "sample.top_k=-1: must be >= 0"),
+        ("temperature", -0.5, "sample.temperature=-0.5: must be >= 0"),
+    ],
+)
+def test_sample_settings_are_checked_before_the_model_is_read(key, value, words, monkeypatch):
+    from configs import base
+    from explore_rl import config as config_lib
+    from explore_rl import main
+
+    c = base.get_config()
+    c.sample[key] = value
+    read = lambda *a: pytest.fail("the model was read")  # noqa: E731
+    monkeypatch.setattr(config_lib, "load_policy", read)
+    with pytest.raises(ValueError, match=f"^config: {words}"):
+        main.run_sample(c, None)

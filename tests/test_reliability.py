@@ -16,7 +16,7 @@ import time
 import jax
 import numpy as np
 import pytest
-from conftest import make_hf_checkpoint
+from conftest import make_hf_checkpoint, run_main
 
 from configs import grpo
 from explore_rl import checkpoint as checkpoint_lib
@@ -274,6 +274,14 @@ BAD_CONFIGS = [
     ("reward fn", {"reward.fn": "no_such_mod:f"}, "cannot import no_such_mod"),
     ("extractor", {"reward.extractors": "boxed,vibes"}, "reward.extractors has 'vibes'"),
     ("skip limit", {"train.max_skipped_updates": 0}, "train.max_skipped_updates=0"),
+    ("eval length", {"eval.max_new_tokens": 0}, "eval.max_new_tokens=0: need at least 1"),
+    ("eval batch", {"eval.batch_prompts": 0}, "eval.batch_prompts=0: need >= 1"),
+    ("eval top_p", {"eval.top_p": 0.0}, r"eval.top_p=0.0: must be in \(0, 1\]"),
+    ("no minibatches", {"rl.minibatches": 0}, "rl.minibatches=0: need at least 1"),
+    ("no epochs", {"rl.ppo_epochs": 0}, "rl.ppo_epochs=0: need at least 1"),
+    ("no micro-batches", {"optim.micro_batches": 0}, "optim.micro_batches=0: need at least 1"),
+    ("learning rate", {"optim.lr": 0.0}, "optim.lr=0.0: must be > 0"),
+    ("keep none", {"train.keep_checkpoints": 0}, "train.keep_checkpoints=0: need at least 1"),
     ("eden group", {"exploration.methods": ("eden",)}, "exploration.eden.noisy=4"),
     ("method", {"exploration.methods": ("edenn",)}, "edenn"),
     ("model path", {"model.path": "/no/model"}, "model.path=/no/model: no such file"),
@@ -339,6 +347,8 @@ def test_work_directories_and_checkpoints_of_another_run_are_refused(existing_ru
     (tmp_path / "file").write_text("not a folder")
     with pytest.raises(ValueError, match="a file, not a folder"):
         trainer.train(grpo.get_config("smoke"), str(tmp_path / "file"))
+    with pytest.raises(ValueError, match="a file, not a folder"):  # before it evaluates
+        trainer.run_eval(grpo.get_config("smoke"), str(tmp_path / "file"))
     assert _snapshot(existing_run) == before
 
 
@@ -370,3 +380,40 @@ def test_a_run_that_predates_a_new_config_field_resumes(existing_run, tmp_path):
     c.train.steps, c.train.eval_every = 2, 0
     trainer.train(c, str(old))
     assert [r["step"] for r in read_metrics(str(old))] == [1, 2]
+
+
+HOLD = textwrap.dedent("""
+    import sys, time
+    from explore_rl.checkpoint import only_writer
+    with only_writer(sys.argv[1]):
+        print("held", flush=True)
+        time.sleep(600)
+""")
+
+
+def test_one_run_per_work_directory_and_a_killed_holder_leaves_no_lock(existing_run, tmp_path):
+    """A second process on a run directory in use stops with one line naming the holder
+    and changes nothing; once the holder is killed (-9: no chance to clean up), the
+    directory is free again; a run ends with the lock file empty (its bytes do not depend
+    on who ran it)."""
+    before = _snapshot(existing_run)
+    assert before[".lock"] == hashlib.sha256(b"").hexdigest()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(existing_run)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        out = run_main(*ARGS, "--config.train.steps=2", "--workdir", str(existing_run))
+        last = out.stderr.strip().splitlines()[-1]
+        assert out.returncode == 2, out.stderr[-3000:]
+        assert last.startswith(f"error: --workdir {existing_run} is in use by pid {holder.pid} on ")
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=60)
+    finally:
+        holder.kill()
+    assert _snapshot(existing_run) != before  # the dead holder's name is still in the file
+    with checkpoint_lib.only_writer(str(existing_run)):
+        with pytest.raises(ValueError, match="is in use by pid"):  # one writer per process too
+            with checkpoint_lib.only_writer(str(existing_run)):
+                pass
+    assert _snapshot(existing_run) == before

@@ -132,12 +132,18 @@ def test_a_reward_that_raises_or_allocates_without_bound_is_counted():
         assert v.errors_total == 2
 
 
-def test_reward_registry_and_config_errors():
+def test_reward_registry_and_config_errors(tmp_path, monkeypatch):
     from configs import grpo
     from explore_rl import config as config_lib
     from explore_rl.data.tasks import Problem
     from explore_rl.rewards import registry
 
+    (tmp_path / "broken_syntax.py").write_text("def f(response, problem):\n    return (1\n")
+    (tmp_path / "raises_at_import.py").write_text(
+        "import os\n\nTABLE = os.environ['REWARD_TABLE']\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("REWARD_TABLE", raising=False)
     c = grpo.get_config("smoke")
     math = registry.build(c.reward)
     assert math(r"so \boxed{7}", Problem("3 + 4?", "7")) == 1.0
@@ -148,6 +154,8 @@ def test_reward_registry_and_config_errors():
         ("test_rewards", "give 'module.path:function'"),
         ("no_such_module_xyz:f", "cannot import no_such_module_xyz"),
         ("test_rewards:nothing", "test_rewards has no function 'nothing'"),
+        ("broken_syntax:f", f"{tmp_path / 'broken_syntax.py'}:2: "),  # file and line, one line
+        ("raises_at_import:f", r"raised KeyError: 'REWARD_TABLE' \(.*raises_at_import.py:3\)"),
     ]:
         c.reward.fn = bad
         with pytest.raises(ValueError, match=message):

@@ -260,28 +260,39 @@ def read_rows(path: str, shard: Shard = WHOLE):
                     yield from _owned(batch, first, shard)
                     first += batch.num_rows
     elif path.endswith(".parquet"):
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
+        try:
+            table = pq.ParquetFile(path)
+        except pa.ArrowInvalid as e:
+            raise ValueError(f"{path}: not a Parquet file ({e})") from None
         first = 0
-        for batch in pq.ParquetFile(path).iter_batches():
+        for batch in table.iter_batches():
             yield from _owned(batch, first, shard)
             first += batch.num_rows
     elif path.endswith(".json"):
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             try:
                 rows = json.load(f)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}: not valid JSON ({e})") from None
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
         if not isinstance(rows, list):
             raise ValueError(f"{path}: a .json dataset must be an array of objects")
         yield from ((i, f"row {i}", r) for i, r in enumerate(rows) if shard.owns(i))
     else:
-        with open(path) as f:
+        with open(path, "rb") as f:  # decoded a line at a time, so a bad byte names its line
             rows = ((n, line) for n, line in enumerate(f, 1) if line.strip())
             for i, (n, line) in enumerate(rows):
                 if shard.owns(i):
                     try:
-                        yield i, f"line {n}", json.loads(line)
+                        yield i, f"line {n}", json.loads(line.decode("utf-8"))
+                    except UnicodeDecodeError as e:
+                        raise ValueError(
+                            f"{path}:{n}: not UTF-8 text (byte {e.start}: {e.reason})"
+                        ) from None
                     except json.JSONDecodeError:
                         yield i, f"line {n}", _MALFORMED
 

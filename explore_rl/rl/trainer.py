@@ -306,11 +306,7 @@ def start(c, workdir: str, verifier: Verifier, mesh: Mesh | None = None):
     """Load everything a run needs (on `mesh`, else the config's); resume from the newest
     checkpoint if there is one."""
     config_lib.validate(c)
-    if os.path.exists(workdir) and not os.path.isdir(workdir):
-        raise ValueError(f"--workdir {workdir}: a file, not a folder")
-    os.makedirs(workdir, exist_ok=True)
-    if not os.access(workdir, os.W_OK):
-        raise ValueError(f"--workdir {workdir}: not writable")
+    checkpoint_lib.open_workdir(workdir)
     ckpt = Checkpointer(workdir, c.train.keep_checkpoints)
     step = ckpt.latest_step() or 0
     if step:  # before anything is loaded: a run of another config is refused now
@@ -364,8 +360,13 @@ def start(c, workdir: str, verifier: Verifier, mesh: Mesh | None = None):
 
 
 def train(c, workdir: str):
+    config_lib.validate(c)  # before the work directory is made or locked
     mesh = config_lib.mesh(c)
-    with config_lib.verifier(c) as verifier, parallel.use(mesh):
+    with (
+        checkpoint_lib.only_writer(workdir, take=parallel.is_main_process()),
+        config_lib.verifier(c) as verifier,
+        parallel.use(mesh),
+    ):
         return _train(c, workdir, verifier, mesh)
 
 
@@ -585,6 +586,8 @@ def run_eval(c, workdir: str | None) -> dict:
     for methods that act at test time) are restored: no optimizer state is allocated, and
     the training run's methods need not be in the eval config."""
     config_lib.validate(c)
+    if workdir and parallel.is_main_process():  # now, not after the whole evaluation
+        checkpoint_lib.open_workdir(workdir)
     mesh = config_lib.mesh(c)
     params, cfg, tok = config_lib.load_policy(c, parallel.placer(mesh))
     run = Run.create(c, cfg, tok, verifier=None, mesh=mesh)
@@ -603,7 +606,6 @@ def run_eval(c, workdir: str | None) -> dict:
     with config_lib.verifier(c) as run.verifier, parallel.use(mesh):
         results = run_evaluation(run, params, states, step, records)
     if workdir and parallel.is_main_process():
-        os.makedirs(workdir, exist_ok=True)
         with open(os.path.join(workdir, "eval.json"), "w") as f:
             json.dump({"step": step, **results}, f, indent=2)
         with open(os.path.join(workdir, "eval_responses.jsonl"), "w") as f:

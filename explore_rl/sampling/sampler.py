@@ -55,10 +55,10 @@ class SamplingConfig:
     def __post_init__(self):
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p={self.top_p}: must be in (0, 1]")
-        if self.top_k < 0 or self.max_new_tokens < 1:
-            raise ValueError(
-                f"top_k={self.top_k} must be >= 0 and max_new_tokens={self.max_new_tokens} >= 1"
-            )
+        if self.top_k < 0:
+            raise ValueError(f"top_k={self.top_k}: must be >= 0 (0: no top-k)")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={self.max_new_tokens}: need at least 1")
 
     @property
     def truncates(self) -> bool:
