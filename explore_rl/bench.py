@@ -248,8 +248,8 @@ def bench_step(args) -> dict:
     from explore_rl import config as config_lib
     from explore_rl.data.tasks import Problem
     from explore_rl.rewards.math import Verifier
-    from explore_rl.rl import trainer
     from explore_rl.rl.train_step import init_state, make_optimizer
+    from explore_rl.train import build, steps
 
     c = grpo.get_config("demo")
     c.rollout.prompts, c.rollout.group_size = PEER_PROMPTS, PEER_GROUP
@@ -265,11 +265,11 @@ def bench_step(args) -> dict:
     ]
     optimizer = make_optimizer(config_lib.optim_config(c))
     memory.trim_after_compiles()
-    progress = trainer.Progress(init_state(params, optimizer), jnp.zeros((), jnp.int32))
+    progress = build.Progress(init_state(params, optimizer), jnp.zeros((), jnp.int32))
     peak = matmul_peak("float32")
     times = []
     with Verifier(2, 5.0) as verifier:
-        run = trainer.Run(
+        run = build.Run(
             config=c,
             cfg=cfg,
             tok=tok,
@@ -282,7 +282,7 @@ def bench_step(args) -> dict:
             settings=config_lib.rollout_settings(c, tok),
         )
         for step in range(args.steps + 1):  # the first step compiles
-            progress, m, _ = trainer.train_one_step(run, progress, step)
+            progress, m, _ = steps.train_one_step(run, progress, step)
             times.append(m)
     rows = PEER_PROMPTS * PEER_GROUP
     med = lambda k: statistics.median(t[k] for t in times[1:])  # noqa: E731
@@ -510,7 +510,7 @@ def _reset_peak_rss() -> None:
 def bench_memory(args) -> dict:
     """The start-up memory estimate against the measured peak of a config's first steps."""
     from explore_rl import config as config_lib
-    from explore_rl.rl import trainer
+    from explore_rl.train import build, steps
 
     c = config_lib.load(args.config)
     c.model.random_init = args.random_init or c.model.random_init
@@ -527,12 +527,12 @@ def bench_memory(args) -> dict:
         config_lib.verifier(c) as verifier,
         parallel.use(mesh := config_lib.mesh(c)),
     ):
-        run, progress, _ = trainer.start(c, workdir, verifier, mesh)
+        run, progress, _ = build.start(c, workdir, verifier, mesh)
         for step in range(args.steps):
             if step == args.steps - 1 and before:  # the compiler's heap is not the run's
                 memory.trim()
                 _reset_peak_rss()
-            progress, _, _ = trainer.train_one_step(run, progress, step)
+            progress, _, _ = steps.train_one_step(run, progress, step)
         jax.block_until_ready(progress)
     estimate = run.memory_estimate
     measured = _rss_bytes("VmHWM") - before if before else _device_peak_bytes()
@@ -754,8 +754,8 @@ def paper_fit(spec: str, devices: int = 8, capacity_gb: float = 80.0):
     from explore_rl import config as config_lib
     from explore_rl.exploration import base as exploration
     from explore_rl.models import presets
-    from explore_rl.rl import sizing
     from explore_rl.rl.train_step import make_optimizer
+    from explore_rl.train import sizing
 
     c = config_lib.load(spec)
     model = {k: c.model[k] for k in config_lib.RUN_SETTINGS}

@@ -295,7 +295,7 @@ def prompt_format(c: ConfigDict) -> PromptFormat:
 
 def engine_config(c: ConfigDict) -> EngineConfig:
     """How every generation (training, evaluation, --mode sample) is scheduled. Slots
-    "auto" are every row at once here; a training run sizes them at start (`rl.sizing`)."""
+    "auto" are every row at once here; a training run sizes them at start (`train.sizing`)."""
     slots = c.rollout.slots
     _check(
         slots == "auto" or (isinstance(slots, int) and not isinstance(slots, bool)),

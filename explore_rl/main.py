@@ -8,29 +8,26 @@
         --config.sample.temperature=1.0 --config.sample.samples_per_prompt=4 \\
         --config.sample.prompt_file=prompts.txt
 
-Modes: `train` (GRPO; rerunning the same command resumes), `eval` (held-out Mean@n,
-Pass@k, Maj@n to WORKDIR/eval.json), `sample` (prints continuations of prompts, a file or
-the task's test questions, and writes them to WORKDIR/samples/), `export` (a run's
-weights as a Hugging Face folder in WORKDIR: `explore_rl/export.py`).
+Modes, one module each (this file only parses the flags and dispatches): `train` (GRPO;
+rerunning the same command resumes: `explore_rl/train/loop.py`), `eval` (held-out Mean@n,
+Pass@k, Maj@n to WORKDIR/eval.json: `modes/eval.py`), `sample` (prints continuations of
+prompts, a file or the task's test questions, and writes them to WORKDIR/samples/:
+`modes/sample.py`), `export` (a run's weights as a Hugging Face folder in WORKDIR:
+`modes/export.py`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
-import time
 
-import jax
-import jax.numpy as jnp
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 import configs
 from explore_rl import caching, parallel
 from explore_rl import config as config_lib
-from explore_rl.sampling import engine, sampler
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file (configs/*.py[:arg]).", lock_config=True
@@ -48,82 +45,6 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", 0, "This process's index in the
 _DISTRIBUTED = flags.DEFINE_bool(
     "distributed", False, "Join the processes the cluster started (jax.distributed)."
 )
-
-
-def load_prompts(config) -> list[tuple[str, str | None]]:
-    """(prompt, reference answer or None) pairs from the prompt file or the task."""
-    s = config.sample
-    if not s.prompt_file:
-        _, benchmarks = config_lib.load_problems(config)
-        if not benchmarks:
-            raise ValueError("--mode sample: give sample.prompt_file or task.test_paths")
-        problems = next(iter(benchmarks.values()))[: s.num_prompts]
-        return [(p.question, p.answer) for p in problems]
-    with open(s.prompt_file) as f:
-        lines = [line.rstrip("\n") for line in f if line.strip()]
-    if not s.prompt_file.endswith(".jsonl"):
-        return [(line, None) for line in lines[: s.num_prompts]]
-    out = []
-    for i, line in enumerate(lines[: s.num_prompts]):
-        row = json.loads(line)
-        if s.prompt_field not in row:
-            raise ValueError(
-                f"{s.prompt_file}:{i + 1}: no field {s.prompt_field!r} (fields: {sorted(row)})"
-            )
-        out.append((str(row[s.prompt_field]), None))
-    return out
-
-
-def run_sample(config, workdir: str | None) -> list[dict]:
-    config_lib.validate_sample(config)
-    start = time.perf_counter()
-    mesh = config_lib.mesh(config)  # rows decoded over every device (and process)
-    params, cfg, tok = config_lib.load_policy(config, parallel.placer(mesh))
-    say = print if parallel.is_main_process() else lambda *_: None  # one process speaks
-    say(
-        f"loaded {config.model.path} ({cfg.family}, {cfg.num_params() / 1e6:.0f}M params) "
-        f"in {time.perf_counter() - start:.1f}s"
-    )
-    s = config.sample
-    prompts = load_prompts(config)
-    fmt = config_lib.prompt_format(config)
-    if s.prompt_file:  # the file's prompts as written: the task's instruction is the task's
-        fmt = dataclasses.replace(fmt, instruction="")
-    rows = [tok.encode(fmt.text(tok, p)) for p, _ in prompts]
-    tokens, mask = sampler.left_pad(rows, tok.pad_id)
-    g, n = s.samples_per_prompt, len(rows)
-    sc = config_lib.sampling_config(config, tok.stop_ids, "sample")
-    start = time.perf_counter()
-    with parallel.use(mesh):
-        out, stats = engine.generate(
-            params,
-            cfg,
-            tokens,
-            mask,
-            jax.random.key(config.seed),
-            jnp.full((n * g, s.max_new_tokens), s.temperature),
-            sc,
-            config_lib.engine_config(config),
-        )
-    seconds = time.perf_counter() - start
-    samples = []
-    for i, (toks, m) in enumerate(zip(out.tokens.tolist(), out.mask.tolist())):
-        prompt, answer = prompts[i // g]
-        text = tok.decode([x for x, keep in zip(toks, m) if keep])
-        samples.append({"prompt": prompt, "answer": answer, "response": text})
-        say(f"\n> {prompt}" + (f"   [answer {answer}]" if answer is not None else "") + f"\n{text}")
-    say(
-        f"\n{len(samples)} samples, {stats.useful_tokens} tokens in {seconds:.1f}s "
-        f"(compile included; prefill {stats.prefill_s:.1f}s, decode {stats.decode_s:.1f}s, "
-        f"{stats.slots} slots {stats.occupancy:.0%} busy, {stats.refills} refills)"
-    )
-    if workdir and parallel.is_main_process():
-        os.makedirs(os.path.join(workdir, "samples"), exist_ok=True)
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(config_lib.resolved(config).to_json(indent=2))
-        with open(os.path.join(workdir, "samples", "sample.jsonl"), "w") as f:
-            f.writelines(json.dumps(x) + "\n" for x in samples)
-    return samples
 
 
 def main(argv):
@@ -172,23 +93,25 @@ def _raised_here(e: BaseException) -> bool:
 
 
 def _run(mode: str, config, workdir: str | None):
-    if mode == "sample":
-        run_sample(config, workdir)
-        return
-    if mode == "export":
-        from explore_rl import export
-
-        export.run_export(config, workdir)
-        return
-    from explore_rl.rl import trainer
-
-    if mode == "eval":
-        results = trainer.run_eval(config, workdir)
-        print(json.dumps(results, indent=2))
-        return
-    if not workdir:
+    """One module per mode, imported when chosen (export and eval need no trainer)."""
+    if mode == "train" and not workdir:
         raise app.UsageError("--mode train needs --workdir (checkpoints, metrics, resume)")
-    trainer.train(config, workdir)
+    if mode == "sample":
+        from explore_rl.modes.sample import run_sample
+
+        run_sample(config, workdir)
+    elif mode == "export":
+        from explore_rl.modes.export import run_export
+
+        run_export(config, workdir)
+    elif mode == "eval":
+        from explore_rl.modes.eval import run_eval
+
+        print(json.dumps(run_eval(config, workdir), indent=2))
+    else:
+        from explore_rl.train.loop import train
+
+        train(config, workdir)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,11 @@ from explore_rl.data.tasks import Problem
 from explore_rl.exploration import ase, base
 from explore_rl.logs import read_metrics
 from explore_rl.models import transformer
-from explore_rl.rl import losses, rollout, trainer
+from explore_rl.rl import losses, rollout
 from explore_rl.rl.plan import base_plan
 from explore_rl.rl.train_step import score
 from explore_rl.sampling.sampler import SamplingConfig, sample
+from explore_rl.train import loop
 
 pytestmark = [pytest.mark.usefixtures("highest_precision"), pytest.mark.numerics]
 
@@ -305,7 +306,7 @@ def _smoke(arg="smoke", steps=3):
 @pytest.mark.parametrize("ablation", [None, *sorted(ase_config.ABLATIONS)])
 def test_smoke_and_every_ablation_train(ablation, tmp_path):
     c = _smoke("smoke" if ablation is None else f"{ablation},smoke")
-    progress = trainer.train(c, str(tmp_path))
+    progress = loop.train(c, str(tmp_path))
     rows = read_metrics(str(tmp_path))
     assert [r["step"] for r in rows] == [1, 2, 3]
     if ablation == "unstructured":  # every row steered from the first step, no bank
@@ -323,9 +324,9 @@ def test_smoke_and_every_ablation_train(ablation, tmp_path):
 
 @pytest.mark.slow
 def test_the_bank_and_buffer_survive_an_exact_resume(tmp_path):
-    straight = trainer.train(_smoke(steps=4), str(tmp_path / "a"))
-    trainer.train(_smoke(steps=2), str(tmp_path / "b"))
-    resumed = trainer.train(_smoke(steps=4), str(tmp_path / "b"))
+    straight = loop.train(_smoke(steps=4), str(tmp_path / "a"))
+    loop.train(_smoke(steps=2), str(tmp_path / "b"))
+    resumed = loop.train(_smoke(steps=4), str(tmp_path / "b"))
     assert int(straight.explorers["ase"]["updates"]) >= 2
     # exact: a resume runs the same programs on the same shapes and restored state
     for x, y in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):

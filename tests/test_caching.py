@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from explore_rl import caching
-from explore_rl.models import presets, weights
+from explore_rl.models import gguf_io, presets, safetensors_io, weights
 
 
 def test_build_once_builds_in_a_temporary_folder_and_keeps_the_first(tmp_path):
@@ -71,7 +71,7 @@ def test_embedded_gguf_is_converted_once_and_read_from_the_cache(embedded_gguf, 
     # the same dequantization, stored and read back)
     reader = gguf.GGUFReader(embedded_gguf)
     tensors = {t.name: t for t in reader.tensors}
-    index = weights._safetensors_index(os.path.join(folder, "model.safetensors"))
+    index = safetensors_io.index(os.path.join(folder, "model.safetensors"))
     cfg = presets.from_hf_config(folder)
     for gguf_name, hf_name, heads in [
         ("token_embd.weight", "model.embed_tokens.weight", None),
@@ -82,12 +82,12 @@ def test_embedded_gguf_is_converted_once_and_read_from_the_cache(embedded_gguf, 
         expected = gguf.quants.dequantize(t.data, t.tensor_type)
         if heads:
             expected = weights._unpermute_qk(expected, heads)
-        np.testing.assert_array_equal(weights._read_safetensor(index[hf_name]), expected)
+        np.testing.assert_array_equal(safetensors_io.read(index[hf_name]), expected)
 
     def no_conversion(*_):
         raise AssertionError("a cached GGUF was read again")
 
-    monkeypatch.setattr(weights, "_gguf_reader", no_conversion)
+    monkeypatch.setattr(gguf_io, "reader", no_conversion)
     assert weights.gguf_as_hf_folder(embedded_gguf) == folder
     params, cfg2, tok = weights.load_model(embedded_gguf)
     assert cfg2 == cfg and tok.vocab_size == 49152

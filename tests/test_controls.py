@@ -5,7 +5,7 @@ import pytest
 
 from configs import controls, grpo
 from explore_rl.logs import read_metrics
-from explore_rl.rl import trainer
+from explore_rl.train import build, loop, steps
 
 
 def _flat(c, prefix=""):
@@ -49,7 +49,7 @@ def test_smoke_configs_train(name, tmp_path):
     c = controls.get_config(f"{name},smoke")
     c.train.steps, c.train.eval_every = 2, 0
     c.lock()
-    trainer.train(c, str(tmp_path))
+    loop.train(c, str(tmp_path))
     rows = read_metrics(str(tmp_path))
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["train/skipped_updates"] == 0 for r in rows)
@@ -59,7 +59,7 @@ def test_smoke_configs_train(name, tmp_path):
 def test_a_control_trains_and_records_its_config(tmp_path):
     c = controls.get_config("gspo,smoke")
     c.train.eval_every = 0
-    trainer.train(c, str(tmp_path))
+    loop.train(c, str(tmp_path))
     assert [r["step"] for r in read_metrics(str(tmp_path))] == [1, 2, 3]
     assert '"policy": "gspo"' in (tmp_path / "config.json").read_text()
 
@@ -79,15 +79,15 @@ def test_the_clip_controls_bind_in_the_demo_setting(tmp_path):
     c = grpo.get_config("demo")
     c.reward.workers = 1
     with Verifier(1, 5.0) as verifier:
-        run, progress, _ = trainer.start(c, str(tmp_path), verifier)
-        progress, first, _ = trainer.train_one_step(run, progress, 0)
-        ro, _, _ = trainer.collect(run, progress, 1)
-        batch, _, _ = trainer.make_batch(run, progress, ro, 1)
+        run, progress, _ = build.start(c, str(tmp_path), verifier)
+        progress, first, _ = steps.train_one_step(run, progress, 0)
+        ro, _, _ = steps.collect(run, progress, 1)
+        batch, _, _ = steps.make_batch(run, progress, ro, 1)
     params, metrics = {}, {}
     for name in ("grpo", "clip_higher", "gspo"):
         cc = grpo.get_config("demo") if name == "grpo" else controls.get_config(name)
         state = jax.tree.map(jnp.copy, progress.state)  # update donates its state
-        state, metrics[name] = trainer.update(state, batch, run.cfg, cc, run.optimizer)
+        state, metrics[name] = steps.update(state, batch, run.cfg, cc, run.optimizer)
         params[name] = state.params
 
     def differ(a, b):

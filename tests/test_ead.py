@@ -12,10 +12,11 @@ from test_sampler import G, Q, reference_truncated_logprob, response_logits, tin
 from configs import ead as ead_config
 from explore_rl.exploration import base
 from explore_rl.logs import read_metrics
-from explore_rl.rl import losses, trainer
+from explore_rl.rl import losses
 from explore_rl.rl.plan import base_plan
 from explore_rl.rl.train_step import score
 from explore_rl.sampling.sampler import SamplingConfig, sample
+from explore_rl.train import loop
 
 # mu vs a reference
 pytestmark = [pytest.mark.usefixtures("highest_precision"), pytest.mark.numerics]
@@ -155,7 +156,7 @@ def test_smoke_config_trains_with_the_code_convention_and_at_eval(tmp_path):
     c = ead_config.get_config("smoke")
     c.rollout.max_new_tokens = 16
     c.exploration.ead.convention, c.exploration.ead.at_eval = "code", True
-    trainer.train(c, str(tmp_path))
+    loop.train(c, str(tmp_path))
     rows = read_metrics(str(tmp_path))
     assert [r["step"] for r in rows] == [1, 2, 3]
     for r in rows:

@@ -12,12 +12,13 @@ from conftest import assert_float32_close
 from test_sampler import logit_scale
 
 from configs import eden as eden_config
+from explore_rl import config as config_lib
 from explore_rl.exploration import base, eden
 from explore_rl.logs import read_metrics
 from explore_rl.rewards.math import Verifier
-from explore_rl.rl import trainer
 from explore_rl.rl.plan import base_plan
 from explore_rl.sampling.sampler import sample
+from explore_rl.train import build, loop, steps
 
 # each test builds a run (tiny model, embedded tokenizer)
 pytestmark = [pytest.mark.slow, pytest.mark.numerics]
@@ -29,7 +30,7 @@ def run(tmp_path_factory):
     c = eden_config.get_config("smoke")
     c.exploration.eden.rho = 0.5  # a strong slot, so noisy rows visibly differ
     with Verifier(1, 5.0) as verifier:
-        r, progress, ckpt = trainer.start(c, str(tmp_path_factory.mktemp("run")), verifier)
+        r, progress, ckpt = build.start(c, str(tmp_path_factory.mktemp("run")), verifier)
         ckpt.close()
         yield r, progress
 
@@ -64,7 +65,7 @@ def test_noise_norm_and_masked_clean_rows(run):
     # clean rows sample exactly what they would with no intervention at all
     params, cfg = progress.state.params, r.cfg
     prompts, pmask = (jnp.asarray(x) for x in _encode(r, plan.problems))
-    sc = trainer.config_lib.sampling_config(r.config, ())
+    sc = config_lib.sampling_config(r.config, ())
     with_slot = sample(
         params, cfg, prompts, pmask, jax.random.key(3), plan.temperature, sc, plan.interventions
     )
@@ -88,11 +89,11 @@ def _encode(r, problems):
 
 def test_update_scores_every_row_under_the_clean_prompt(run):
     r, progress = run
-    ro, _, _ = trainer.collect(r, progress, 0)
+    ro, _, _ = steps.collect(r, progress, 0)
     assert ro.plan.interventions.extra_embeds is not None
-    batch, _, _ = trainer.make_batch(r, progress, ro, 0)
+    batch, _, _ = steps.make_batch(r, progress, ro, 0)
     assert not any("extra" in f for f in vars(batch))  # the Batch carries no slot
-    clean = trainer.score_rollouts(r, progress.state.params, batch, ro)
+    clean = steps.score_rollouts(r, progress.state.params, batch, ro)
     # exact: pi_old is this scoring program on these shapes
     np.testing.assert_array_equal(np.asarray(batch.old_logp), np.asarray(clean))
     m, noisy = np.asarray(batch.mask), np.asarray(ro.plan.info["eden"]["noisy"])
@@ -210,10 +211,10 @@ def test_user_supplied_bank_tokens(run):
 def test_bank_survives_resume(tmp_path):
     c = eden_config.get_config("smoke")
     c.train.steps, c.train.eval_every = 2, 0
-    first = trainer.train(c, str(tmp_path))
+    first = loop.train(c, str(tmp_path))
     bank_file = (tmp_path / "eden_bank.json").read_text()
     c.train.steps = 3
-    resumed = trainer.train(c, str(tmp_path))  # restores the bank, does not screen again
+    resumed = loop.train(c, str(tmp_path))  # restores the bank, does not screen again
     # exact: the restored bank is the saved one, not computed again
     np.testing.assert_array_equal(
         np.asarray(first.explorers["eden"]["vectors"]),
@@ -229,7 +230,7 @@ def test_ablation_smoke_configs_train(ablation, tmp_path):
     c = eden_config.get_config(f"{ablation},smoke")
     c.train.steps, c.train.eval_every = 1, 0
     c.lock()
-    trainer.train(c, str(tmp_path))
+    loop.train(c, str(tmp_path))
     (row,) = read_metrics(str(tmp_path))
     assert row["train/skipped_updates"] == 0 and "eden/kept_frac" in row
 
@@ -238,7 +239,7 @@ def test_smoke_config_composed_with_ead(tmp_path):
     c = eden_config.get_config("smoke")
     c.exploration.methods = ("eden", "ead")
     c.rollout.max_new_tokens, c.rl.tis_cap = 16, 2.0
-    trainer.train(c, str(tmp_path))
+    loop.train(c, str(tmp_path))
     rows = read_metrics(str(tmp_path))
     assert [r["step"] for r in rows] == [1, 2, 3] and "eval/arithmetic/pass@1" in rows[-1]
     assert all("eden/kept_frac" in r and "tis/mean" in r for r in rows)

@@ -11,10 +11,10 @@ from configs import grpo
 from explore_rl.logs import read_metrics
 from explore_rl.models import presets, transformer
 from explore_rl.models.transformer import Interventions
-from explore_rl.rl import trainer
 from explore_rl.sampling import engine
 from explore_rl.sampling.engine import EngineConfig
 from explore_rl.sampling.sampler import SamplingConfig
+from explore_rl.train import loop
 
 pytestmark = [pytest.mark.usefixtures("highest_precision"), pytest.mark.numerics]
 
@@ -200,7 +200,7 @@ def test_training_and_evaluation_run_on_the_engine(tmp_path):
         c = grpo.get_config("smoke")
         c.train.steps, c.train.eval_every = 2, 2
         c.rollout.slots, c.rollout.decode_chunk = slots, 3
-        trainer.train(c, str(tmp_path / str(slots)))
+        loop.train(c, str(tmp_path / str(slots)))
         return read_metrics(str(tmp_path / str(slots)))
 
     one, slotted = metrics(0), metrics(3)

@@ -13,10 +13,10 @@ from test_models import torch_logits
 
 from explore_rl import checkpoint as checkpoint_lib
 from explore_rl import config as config_lib
-from explore_rl import export
 from explore_rl.models import weights
 from explore_rl.models.transformer import forward, positions_from_mask
-from explore_rl.rl import trainer
+from explore_rl.modes import export
+from explore_rl.train import loop
 
 pytestmark = [pytest.mark.usefixtures("highest_precision"), pytest.mark.slow, pytest.mark.numerics]
 
@@ -32,7 +32,7 @@ def _trained_run(preset, folder):
     c.model.random_init = preset
     c.reward.fn = "test_rewards:parity_of_length"  # mixed groups: the params really move
     c.train.steps, c.train.eval_every, c.train.checkpoint_every = 2, 0, 1
-    progress = trainer.train(c, folder)
+    progress = loop.train(c, folder)
     c.eval.checkpoint = folder
     return c, progress.state.params
 

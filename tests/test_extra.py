@@ -16,9 +16,10 @@ from explore_rl.exploration import extra
 from explore_rl.hoststate import HostState
 from explore_rl.logs import read_metrics
 from explore_rl.models import minilm, transformer
+from explore_rl.modes import eval as eval_mode
 from explore_rl.rewards.math import Verifier
-from explore_rl.rl import trainer
 from explore_rl.rl.train_step import score
+from explore_rl.train import build, loop, steps
 
 # the MiniLM in another batch, mu against a full forward
 pytestmark = pytest.mark.numerics
@@ -215,9 +216,9 @@ def test_guided_rows_use_their_own_answer_and_carry_no_prefix_loss(monkeypatch, 
     c = extra_config.get_config("smoke")
     c.reward.fn = "test_extra:answer_is_100"
     with Verifier(1, 5.0) as verifier:
-        run, progress, _ = trainer.start(c, str(tmp_path), verifier)
-        ro, _, _ = trainer.collect(run, progress, 0)
-        batch, states, metrics = trainer.make_batch(run, progress, ro, 0)
+        run, progress, _ = build.start(c, str(tmp_path), verifier)
+        ro, _, _ = steps.collect(run, progress, 0)
+        batch, states, metrics = steps.make_batch(run, progress, ro, 0)
     # the last of the 2 groups is the guided prompt, rewarded against its own answer
     assert ro.problems[-1].answer == "100"
     assert ro.problems[-1].prefix == tuple(queue[0]["prefix"])
@@ -256,7 +257,7 @@ def _smoke(arg="smoke", steps=3):
 @pytest.mark.parametrize("variant", [None, "novelty", "regen"])
 def test_every_variant_trains(variant, tmp_path):
     c = _smoke("smoke" if variant is None else f"{variant},smoke")
-    progress = trainer.train(c, str(tmp_path))
+    progress = loop.train(c, str(tmp_path))
     rows = read_metrics(str(tmp_path))
     assert [r["step"] for r in rows] == [1, 2, 3]
     memory = progress.explorers["extra"]["host"].data["correct"]
@@ -272,7 +273,7 @@ def test_every_variant_trains(variant, tmp_path):
 def test_the_other_novelty_features_train(features, tmp_path):
     c = _smoke("novelty,smoke", steps=2)
     c.exploration.extra.features = features
-    progress = trainer.train(c, str(tmp_path))
+    progress = loop.train(c, str(tmp_path))
     stored = next(iter(progress.explorers["extra"]["host"].data["correct"].values()))
     dim = extra.NGRAM_DIM if features == "ngram" else c_model_dim(c)
     assert extra.unpack(stored[0]).shape == (dim,)
@@ -292,9 +293,9 @@ def test_memories_and_queue_survive_an_exact_resume(monkeypatch, tmp_path):
     tok = weights.load_tokenizer("embedded")
     entries = [_guided(tok, f"What is {i} + 1?", str(i + 1), "First,") for i in range(3)]
     _seed_queue(monkeypatch, entries)  # a guided group a step: the queue runs down over the run
-    straight = trainer.train(_smoke(steps=4), str(tmp_path / "a"))
-    trainer.train(_smoke(steps=2), str(tmp_path / "b"))
-    resumed = trainer.train(_smoke(steps=4), str(tmp_path / "b"))
+    straight = loop.train(_smoke(steps=4), str(tmp_path / "a"))
+    loop.train(_smoke(steps=2), str(tmp_path / "b"))
+    resumed = loop.train(_smoke(steps=4), str(tmp_path / "b"))
     data = straight.explorers["extra"]["host"].data
     assert data["correct"] and len(data["queue"]) == 0  # 3 guided prompts, 1 a step
     assert resumed.explorers["extra"]["host"].data == data
@@ -367,7 +368,7 @@ def test_evaluation_reports_the_diversity_measures(tmp_path):
 
     c = grpo.get_config("smoke")
     c.reward.fn, c.eval.diversity, c.eval.samples = PARITY, True, 4
-    results = trainer.run_eval(c, str(tmp_path))
+    results = eval_mode.run_eval(c, str(tmp_path))
     assert 0 < results["eval/arithmetic/distinct4"] <= 1
     assert 0 <= results["eval/arithmetic/self_bleu"] <= 1
     assert results["eval/average/logdet"] > 0

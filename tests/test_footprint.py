@@ -13,8 +13,9 @@ from explore_rl import bench
 from explore_rl import config as config_lib
 from explore_rl.exploration import base as exploration
 from explore_rl.models import presets
-from explore_rl.rl import footprint, sizing, trainer
+from explore_rl.rl import footprint
 from explore_rl.rl.train_step import make_optimizer
+from explore_rl.train import loop, sizing
 
 ONE = {"data": 1, "fsdp": 1, "tensor": 1}  # one device
 
@@ -78,7 +79,7 @@ def test_a_run_that_cannot_fit_is_refused_before_any_weight_is_read(tmp_path, mo
 
     monkeypatch.setattr(config_lib, "load_params", never)
     with pytest.raises(ValueError) as refused:
-        trainer.train(c, str(tmp_path))
+        loop.train(c, str(tmp_path))
     message = str(refused.value)
     assert "\n" not in message
     assert "per device, host memory has 16.0 GiB; the biggest part is optimizer moments" in message
@@ -86,7 +87,7 @@ def test_a_run_that_cannot_fit_is_refused_before_any_weight_is_read(tmp_path, mo
     assert "it would fit with" in message and "x the devices on mesh.fsdp (~" in message
     c.train.check_memory = False  # told to go on: it goes as far as the weights
     with pytest.raises(AssertionError, match="weights were loaded"):
-        trainer.train(c, str(tmp_path))
+        loop.train(c, str(tmp_path))
 
 
 @pytest.mark.parametrize("name", bench.PAPER_CONFIGS)

@@ -61,7 +61,7 @@ def test_bad_config_and_prompt_field_fail_clearly(tmp_path):
 
 def test_sample_mode_honours_random_init(tmp_path, capsys):
     from configs import base
-    from explore_rl import main
+    from explore_rl.modes import sample
 
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("What is 2 + 2?\n")
@@ -72,7 +72,7 @@ def test_sample_mode_honours_random_init(tmp_path, capsys):
         2,
         4,
     )
-    samples = main.run_sample(c, str(tmp_path / "run"))
+    samples = sample.run_sample(c, str(tmp_path / "run"))
     assert [s["prompt"] for s in samples] == ["What is 2 + 2?"] * 2
     out = capsys.readouterr().out
     assert "(llama, 2M params)" in out and "135M" not in out
@@ -91,11 +91,11 @@ def test_sample_mode_honours_random_init(tmp_path, capsys):
 def test_sample_settings_are_checked_before_the_model_is_read(key, value, words, monkeypatch):
     from configs import base
     from explore_rl import config as config_lib
-    from explore_rl import main
+    from explore_rl.modes import sample
 
     c = base.get_config()
     c.sample[key] = value
     read = lambda *a: pytest.fail("the model was read")  # noqa: E731
     monkeypatch.setattr(config_lib, "load_policy", read)
     with pytest.raises(ValueError, match=f"^config: {words}"):
-        main.run_sample(c, None)
+        sample.run_sample(c, None)

@@ -16,7 +16,7 @@ from conftest import run_main
 from configs import ase
 from explore_rl import config as config_lib
 from explore_rl.logs import read_metrics
-from explore_rl.rl import trainer
+from explore_rl.train import build
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +74,7 @@ def final_state(workdir):
     """The newest checkpoint of `workdir` restored in this (one-device) process."""
     c = ase.get_config("smoke")
     c.train.eval_every, c.reward.fn = 0, "test_rewards:parity_of_length"
-    _, progress, ckpt = trainer.start(c, str(workdir), verifier=None)
+    _, progress, ckpt = build.start(c, str(workdir), verifier=None)
     ckpt.close()
     return progress
 

@@ -22,7 +22,8 @@ from configs import grpo
 from explore_rl import checkpoint as checkpoint_lib
 from explore_rl import config as config_lib
 from explore_rl.logs import read_metrics
-from explore_rl.rl import trainer
+from explore_rl.modes import eval as eval_mode
+from explore_rl.train import build, loop
 
 pytestmark = pytest.mark.slow
 
@@ -207,7 +208,7 @@ def test_non_finite_updates_stop_the_run_with_a_reason(tmp_path):
     c.reward.fn, c.train.max_skipped_updates = "test_reliability:nan_reward", 4
     c.train.steps, c.train.eval_every = 10, 0
     with pytest.raises(RuntimeError, match=r"4 updates in a row skipped .*\(through step 2"):
-        trainer.train(c, str(tmp_path))
+        loop.train(c, str(tmp_path))
 
 
 def _snapshot(folder) -> dict:
@@ -227,7 +228,7 @@ def existing_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("existing")
     c = grpo.get_config("smoke")
     c.train.steps, c.train.eval_every = 1, 0
-    trainer.train(c, str(folder))
+    loop.train(c, str(folder))
     return folder
 
 
@@ -326,7 +327,7 @@ def test_bad_input_is_named_and_the_run_directory_is_untouched(
     c.train.allow_config_change = True
     _apply(c, change, tmp_path)
     with pytest.raises(ValueError, match=message):
-        trainer.train(c, str(existing_run))
+        loop.train(c, str(existing_run))
     assert _snapshot(existing_run) == before
 
 
@@ -335,20 +336,20 @@ def test_work_directories_and_checkpoints_of_another_run_are_refused(existing_ru
     c = grpo.get_config("smoke")
     c.rl.eps_high = 0.4
     with pytest.raises(ValueError, match=r"holds a run of another config \(rl.eps_high: 0.28"):
-        trainer.train(c, str(existing_run))
+        loop.train(c, str(existing_run))
     c = grpo.get_config("smoke")
     c.rollout.slots, c.rollout.decode_chunk = 3, 2  # how rollouts are scheduled: resumable
-    trainer._check_same_run(c, str(existing_run))
+    build.check_same_run(c, str(existing_run))
     c = grpo.get_config("smoke")
     c.model.random_init = "tiny-qwen2"
     c.eval.checkpoint = str(existing_run)
     with pytest.raises(ValueError, match="k_bias in the checkpoint .a run of another model"):
-        trainer.run_eval(c, None)
+        eval_mode.run_eval(c, None)
     (tmp_path / "file").write_text("not a folder")
     with pytest.raises(ValueError, match="a file, not a folder"):
-        trainer.train(grpo.get_config("smoke"), str(tmp_path / "file"))
+        loop.train(grpo.get_config("smoke"), str(tmp_path / "file"))
     with pytest.raises(ValueError, match="a file, not a folder"):  # before it evaluates
-        trainer.run_eval(grpo.get_config("smoke"), str(tmp_path / "file"))
+        eval_mode.run_eval(grpo.get_config("smoke"), str(tmp_path / "file"))
     assert _snapshot(existing_run) == before
 
 
@@ -378,7 +379,7 @@ def test_a_run_that_predates_a_new_config_field_resumes(existing_run, tmp_path):
     (old / "config.json").write_text(json.dumps(config))
     c = grpo.get_config("smoke")
     c.train.steps, c.train.eval_every = 2, 0
-    trainer.train(c, str(old))
+    loop.train(c, str(old))
     assert [r["step"] for r in read_metrics(str(old))] == [1, 2]
 
 

@@ -169,12 +169,12 @@ def test_reward_registry_and_config_errors(tmp_path, monkeypatch):
 def test_a_custom_reward_trains_the_smoke_config(tmp_path):
     from configs import grpo
     from explore_rl.logs import read_metrics
-    from explore_rl.rl import trainer
+    from explore_rl.train import loop
 
     c = grpo.get_config("smoke")
     c.reward.fn = "test_rewards:parity_of_length"
     c.train.steps, c.train.eval_every, c.train.samples_to_log = 2, 0, 8
-    trainer.train(c, str(tmp_path))
+    loop.train(c, str(tmp_path))
     rows = read_metrics(str(tmp_path))
     assert [r["step"] for r in rows] == [1, 2]
     logged = [json.loads(x) for f in sorted((tmp_path / "samples").iterdir()) for x in open(f)]
@@ -186,16 +186,16 @@ def test_a_custom_reward_trains_the_smoke_config(tmp_path):
 def test_a_hanging_custom_reward_times_out_and_is_counted(tmp_path):
     from configs import grpo
     from explore_rl.logs import read_metrics
-    from explore_rl.rl import trainer
+    from explore_rl.train import loop
 
     c = grpo.get_config("smoke")
     c.reward.fn, c.reward.timeout = "test_rewards:hangs", 0.5
     c.train.steps, c.train.eval_every = 1, 0
-    trainer.train(c, str(tmp_path))
+    loop.train(c, str(tmp_path))
     (row,) = read_metrics(str(tmp_path))
     rows = c.rollout.prompts * c.rollout.group_size
     assert row["rollout/verifier_timeouts"] == rows and row["reward/mean"] == 0.0
     c.reward.fn = "test_rewards:raises_on_odd_length"  # the run goes on, the errors counted
-    trainer.train(c, str(tmp_path / "raises"))
+    loop.train(c, str(tmp_path / "raises"))
     (row,) = read_metrics(str(tmp_path / "raises"))
     assert row["rollout/reward_errors"] > 0 and row["rollout/verifier_timeouts"] == 0

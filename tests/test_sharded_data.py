@@ -114,8 +114,8 @@ def test_an_error_of_one_shard_is_raised_by_every_process(tmp_path):
 
 
 def test_the_stream_is_one_seeded_shuffle_per_epoch():
-    from explore_rl.rl import trainer
+    from explore_rl.train import steps
 
     first, second = (np.random.default_rng([3, epoch]).permutation(5) for epoch in (0, 1))
     expected = [first[3], first[4], second[0], second[1]]  # positions 3-6, 5 problems an epoch
-    assert trainer.stream(list("abcde"), 3, 3, 4) == ["abcde"[i] for i in expected]
+    assert steps.stream(list("abcde"), 3, 3, 4) == ["abcde"[i] for i in expected]

@@ -12,8 +12,9 @@ from conftest import run_main
 from configs import grpo
 from explore_rl import config as config_lib
 from explore_rl.logs import read_metrics
-from explore_rl.rl import trainer
+from explore_rl.modes import eval as eval_mode
 from explore_rl.rl.plan import base_plan
+from explore_rl.train import build, loop, steps
 
 pytestmark = pytest.mark.slow
 
@@ -53,13 +54,13 @@ def _resume_config():
 
 
 def test_resume_continues_exactly(tmp_path):
-    straight = trainer.train(_resume_config(), str(tmp_path / "a"))
+    straight = loop.train(_resume_config(), str(tmp_path / "a"))
     # The same run killed after logging step 4 but before its checkpoint: the newest
     # complete checkpoint is step 2's, and the lines of steps 3 and 4 must not repeat.
     skip_step_4 = lambda folder, names: ["4"] if folder.endswith("checkpoints") else []  # noqa: E731
     shutil.copytree(tmp_path / "a", tmp_path / "b", ignore=skip_step_4)
     assert sorted(os.listdir(tmp_path / "b" / "checkpoints")) == ["2"]
-    resumed = trainer.train(_resume_config(), str(tmp_path / "b"))
+    resumed = loop.train(_resume_config(), str(tmp_path / "b"))
     a, b = read_metrics(str(tmp_path / "a")), read_metrics(str(tmp_path / "b"))
     assert [r["step"] for r in b] == [1, 2, 3, 4]
     drop = ("time/", "perf/")
@@ -129,7 +130,7 @@ def test_dynamic_sampling_keeps_informative_groups_and_fills():
     b = _fake_rollouts([[1, 0], [1, 1], [0, 0]])  # only group 0
     kept = [(r, i) for r in (a, b) for i in np.flatnonzero(informative(r))]
     spare = [(r, i) for r in (a, b) for i in np.flatnonzero(~informative(r))]
-    parts, filled = trainer.fill_groups(kept, spare, 3)
+    parts, filled = steps.fill_groups(kept, spare, 3)
     assert filled == 1 and parts[:2] == [(a, 1), (b, 0)] and parts[2] == (b, 2)
     batch = select_groups(parts, pad_id=0)
     np.testing.assert_array_equal(batch.rewards, [[0, 1], [1, 0], [0, 0]])
@@ -138,14 +139,14 @@ def test_dynamic_sampling_keeps_informative_groups_and_fills():
     # explorers' per-row and per-group plan arrays follow their rows and groups
     np.testing.assert_array_equal(batch.plan.info["t"]["row"], [2, 3, 0, 1, 4, 5])
     np.testing.assert_array_equal(batch.plan.info["t"]["group"], [1, 0, 2])
-    assert trainer.fill_groups(kept, spare, 1) == ([(a, 1)], 0)
+    assert steps.fill_groups(kept, spare, 1) == ([(a, 1)], 0)
 
 
 def test_dynamic_sampling_runs_until_its_budget(tmp_path):
     c = grpo.get_config("smoke")  # a random model: every group is all-wrong
     c.rollout.dynamic_sampling, c.rollout.max_generation_batches = True, 3
     c.train.steps, c.train.eval_every = 1, 0
-    trainer.train(c, str(tmp_path))
+    loop.train(c, str(tmp_path))
     row = read_metrics(str(tmp_path))[0]
     assert row["rollout/generation_batches"] == 3 and row["rollout/filled_groups"] == 2
 
@@ -159,29 +160,29 @@ def test_pi_old_pass_is_skipped_only_when_mu_is_pi_old():
         return base_plan(4, 16, c.rollout.temperature, [])
 
     c = grpo.get_config("demo")
-    assert c.rl.minibatches == 4 and trainer.behaviour_is_pi_old(c, plan(c))
+    assert c.rl.minibatches == 4 and steps.behaviour_is_pi_old(c, plan(c))
     # pi_old is the sampling policy whatever the number of optimizer steps on the batch
     for field, value in [("ppo_epochs", 2), ("minibatches", 2)]:
         changed = grpo.get_config("demo")
         setattr(changed.rl, field, value)
-        assert trainer.behaviour_is_pi_old(changed, plan(changed)), field
+        assert steps.behaviour_is_pi_old(changed, plan(changed)), field
     hot = grpo.get_config("demo")
     hot.rollout.temperature = 1.2  # scored at the rollout temperature: still mu = pi_old
-    assert trainer.behaviour_is_pi_old(hot, plan(hot))
+    assert steps.behaviour_is_pi_old(hot, plan(hot))
     hot.rl.score_temperature = "1.0"  # scored at 1: the sampler drew from another policy
-    assert not trainer.behaviour_is_pi_old(hot, plan(hot))
+    assert not steps.behaviour_is_pi_old(hot, plan(hot))
     for field, value in [("top_p", 0.95), ("top_k", 20)]:
         changed = grpo.get_config("demo")
         setattr(changed.rollout, field, value)
-        assert not trainer.behaviour_is_pi_old(changed, plan(changed)), field
+        assert not steps.behaviour_is_pi_old(changed, plan(changed)), field
     c.rl.pi_old = "recompute"
-    assert not trainer.behaviour_is_pi_old(c, plan(c))
+    assert not steps.behaviour_is_pi_old(c, plan(c))
     c.rl.pi_old = "auto"
     ctx = base.StepContext(None, None, None, c, step=3)
     annealed = EAD(EAD.defaults(), c).plan({}, plan(c), ctx, None)  # hot from t = c = 10
-    assert not trainer.behaviour_is_pi_old(c, annealed)
+    assert not steps.behaviour_is_pi_old(c, annealed)
     steered = plan(c).replace(interventions=Interventions(steer=jax.numpy.zeros((4, 8))))
-    assert not trainer.behaviour_is_pi_old(c, steered)
+    assert not steps.behaviour_is_pi_old(c, steered)
 
 
 def test_kl_to_the_frozen_reference_through_the_trainer(tmp_path):
@@ -191,7 +192,7 @@ def test_kl_to_the_frozen_reference_through_the_trainer(tmp_path):
     c.optim.lr = 1e-2  # move far from the reference in two updates
     # the smoke model's rewards are all 0: the entropy bonus is what moves the policy
     c.rl.entropy_coef = 0.1
-    trainer.train(c, str(tmp_path))
+    loop.train(c, str(tmp_path))
     kl = [r["policy/kl_ref"] for r in read_metrics(str(tmp_path))]
     assert kl[0] == 0.0  # the first update starts at the reference: k3 = 0 exactly
     assert 0 < kl[1] < kl[2]  # the reference stays frozen while the policy moves away
@@ -205,18 +206,18 @@ def test_eval_of_any_checkpoint_restores_params_only_and_writes_the_responses(tm
     c = ase.get_config("smoke")  # trained with ASE: explorer state in the checkpoint
     c.reward.fn = "test_rewards:parity_of_length"
     c.train.steps, c.train.eval_every, c.train.checkpoint_every = 3, 0, 2
-    trainer.train(c, str(tmp_path / "run"))
+    loop.train(c, str(tmp_path / "run"))
     folder, step = checkpoint.locate(str(tmp_path / "run"), 2)
     params = checkpoint.restore_subset(folder, step, {"state": {"params": _params(c)}})
     full = Checkpointer(str(tmp_path / "run")).restore(
-        2, trainer.start(c, str(tmp_path / "x"), None)[1]
+        2, build.start(c, str(tmp_path / "x"), None)[1]
     )
     # exact: two restores of the same saved arrays
     for a, b in zip(jax.tree.leaves(params["state"]["params"]), jax.tree.leaves(full.state.params)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     e = grpo.get_config("smoke")  # evaluated without the run's exploration method
     e.eval.checkpoint, e.eval.step = str(tmp_path / "run"), 2
-    results = trainer.run_eval(e, str(tmp_path / "eval"))
+    results = eval_mode.run_eval(e, str(tmp_path / "eval"))
     written = json.load(open(tmp_path / "eval" / "eval.json"))
     assert written["step"] == 2 and written["eval/average/pass@1"] == results["eval/average/pass@1"]
     rows = [json.loads(line) for line in open(tmp_path / "eval" / "eval_responses.jsonl")]
@@ -248,12 +249,12 @@ def test_a_wandb_offline_run_writes_its_files_and_resumes_the_same_run(tmp_path,
     c = grpo.get_config("smoke")
     c.train.steps, c.train.eval_every = 2, 0
     c.logging.wandb, c.logging.name, c.logging.tags = True, "smoke-run", "a, b"
-    trainer.train(c, str(tmp_path))
+    loop.train(c, str(tmp_path))
     run_id = (tmp_path / "wandb_id").read_text().strip()
     runs = list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))
     assert len(runs) == 1 and list(runs[0].glob(f"run-{run_id}.wandb"))
     c.train.steps = 3  # the rerun resumes: the same W&B run id
-    trainer.train(c, str(tmp_path))
+    loop.train(c, str(tmp_path))
     assert (tmp_path / "wandb_id").read_text().strip() == run_id
     assert len(list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))) == 2
 
@@ -264,7 +265,7 @@ def test_a_bfloat16_run_trains_and_logs(tmp_path, caplog):
     c = grpo.get_config("smoke")
     c.model.dtype = c.model.param_dtype = "bfloat16"
     c.train.steps, c.train.eval_every, c.optim.lr = 1, 0, 1e-6
-    progress = trainer.train(c, str(tmp_path))
+    progress = loop.train(c, str(tmp_path))
     assert "~optim.lr=1e-06 is rounded away on every weight above ~0.00026" in caplog.text
     assert jax.tree.leaves(progress.state.params)[0].dtype == jax.numpy.bfloat16
     (row,) = read_metrics(str(tmp_path))

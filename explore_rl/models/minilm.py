@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from explore_rl.models.weights import _read_safetensor, _safetensors_index
+from explore_rl.models import safetensors_io
 
 EMBEDDED = "embedded"
 
@@ -91,13 +91,13 @@ def load(path: str = EMBEDDED) -> Encoder:
             "max_seq_length"
         ],
     )
-    index = _safetensors_index(os.path.join(folder, "model.safetensors"))
+    index = safetensors_io.index(os.path.join(folder, "model.safetensors"))
     prefix = "bert." if "bert.embeddings.word_embeddings.weight" in index else ""
 
     def w(name):
         if prefix + name not in index:
             raise ValueError(f"{folder}: missing tensor {prefix + name}")
-        return jnp.asarray(np.asarray(_read_safetensor(index[prefix + name]), np.float32))
+        return jnp.asarray(np.asarray(safetensors_io.read(index[prefix + name]), np.float32))
 
     def dense(name):
         return {"w": w(f"{name}.weight").T, "b": w(f"{name}.bias")}

@@ -26,6 +26,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
+from explore_rl.models import gguf_io
+
 # Pre-tokenizer splits for GGUF `tokenizer.ggml.pre` values (as llama.cpp and transformers).
 _LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
@@ -217,10 +219,8 @@ class Tokenizer:
     def from_gguf(cls, path: str, reader=None) -> Tokenizer:
         """Rebuilt from a GGUF's metadata (slow for a large vocabulary: `weights.load_model`
         converts a GGUF once and then reads the cached `tokenizer.json`)."""
-        from explore_rl.models.weights import _gguf_reader, gguf_field
-
-        reader = reader or _gguf_reader(path)
-        get = lambda k: gguf_field(reader, f"tokenizer.ggml.{k}")  # noqa: E731
+        reader = reader or gguf_io.reader(path)
+        get = lambda k: gguf_io.field(reader, f"tokenizer.ggml.{k}")  # noqa: E731
         if get("model") != "gpt2":
             raise ValueError(
                 f"{path}: GGUF tokenizer model {get('model')!r} is not supported "
@@ -245,7 +245,7 @@ class Tokenizer:
         name = lambda k: None if get(k) is None else tokens[int(get(k))]  # noqa: E731
         return cls(
             backend,
-            gguf_field(reader, "tokenizer.chat_template"),
+            gguf_io.field(reader, "tokenizer.chat_template"),
             name("bos_token_id"),
             name("eos_token_id"),
             name("padding_token_id"),

@@ -16,7 +16,6 @@ gate/up [D, F], down [F, D], lm_head [D, V]; HF stores every projection as [out,
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import importlib.util
 import json
@@ -29,7 +28,7 @@ import numpy as np
 from tqdm import tqdm
 
 from explore_rl import caching
-from explore_rl.models import presets
+from explore_rl.models import gguf_io, presets, safetensors_io
 from explore_rl.models import tokenizer as tokenizer_lib
 from explore_rl.models.presets import ModelConfig
 from explore_rl.models.transformer import init_params
@@ -125,61 +124,6 @@ def _assemble(
     return params
 
 
-# ----------------------------------------------------------------------------- safetensors
-
-_ST_DTYPES = {
-    "F32": np.float32,
-    "F16": np.float16,
-    "BF16": ml_dtypes.bfloat16,
-    "F64": np.float64,
-    "I64": np.int64,  # e.g. BERT's position_ids buffer
-}
-
-
-def _safetensors_index(path: str) -> dict[str, tuple]:
-    """name -> (file, dtype, shape, byte offset) from the file's JSON header."""
-    try:
-        with open(path, "rb") as f:
-            n = int(np.frombuffer(f.read(8), np.uint64)[0])
-            header = json.loads(f.read(n))
-    except (ValueError, IndexError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not a valid safetensors file ({e})") from None
-    size = os.path.getsize(path)
-    out = {}
-    for name, meta in header.items():
-        if name == "__metadata__":
-            continue
-        if meta["dtype"] not in _ST_DTYPES:
-            raise ValueError(f"{path}: tensor {name} has unsupported dtype {meta['dtype']}")
-        start, end = meta["data_offsets"]
-        if 8 + n + end > size:
-            raise ValueError(f"{path}: tensor {name} runs past the end of the file (truncated?)")
-        out[name] = (path, _ST_DTYPES[meta["dtype"]], tuple(meta["shape"]), 8 + n + start)
-    return out
-
-
-def _read_safetensor(entry: tuple) -> np.ndarray:
-    path, dtype, shape, offset = entry
-    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
-
-
-def _safetensors_files(folder: str) -> list[str]:
-    """The shards the index names (when there is one), else every *.safetensors file."""
-    index_path = os.path.join(folder, "model.safetensors.index.json")
-    if os.path.exists(index_path):
-        with open(index_path) as f:
-            names = sorted(set(json.load(f)["weight_map"].values()))
-        files = [os.path.join(folder, n) for n in names]
-        missing = [n for n, f in zip(names, files) if not os.path.exists(f)]
-        if missing:
-            raise ValueError(f"{index_path}: lists shards that are not in the folder: {missing}")
-        return files
-    files = sorted(glob.glob(os.path.join(folder, "*.safetensors")))
-    if not files:
-        raise ValueError(f"{folder}: no *.safetensors weights in the folder")
-    return files
-
-
 def load_hf(folder: str, place: Place | None = None, **cfg_overrides):
     """Params and config from a HF folder (config.json + one or many *.safetensors)."""
     cfg = presets.from_hf_config(folder, **cfg_overrides)
@@ -188,10 +132,10 @@ def load_hf(folder: str, place: Place | None = None, **cfg_overrides):
 
 def read_params(folder: str, cfg: ModelConfig, place: Place | None = None) -> dict:
     """The weights of a HF folder, in `cfg`'s layout, each tensor placed as it is read."""
-    files = _safetensors_files(folder)
+    files = safetensors_io.files(folder)
     index: dict[str, tuple] = {}
     for f in files:
-        index.update(_safetensors_index(f))
+        index.update(safetensors_io.index(f))
 
     def read(path, name):
         hf = f"model.layers.{path[1]}.{_HF_LAYER[name]}" if path[0] == "layers" else _HF_TOP[name]
@@ -199,7 +143,7 @@ def read_params(folder: str, cfg: ModelConfig, place: Place | None = None) -> di
             raise ValueError(
                 f"{folder}: missing tensor {hf} in {[os.path.basename(f) for f in files]}"
             )
-        return _read_safetensor(index[hf])
+        return safetensors_io.read(index[hf])
 
     return _assemble(cfg, read, folder, place)
 
@@ -207,29 +151,11 @@ def read_params(folder: str, cfg: ModelConfig, place: Place | None = None) -> di
 # ----------------------------------------------------------------------------- GGUF
 
 
-def _gguf_reader(path: str):
-    import gguf
-
-    try:
-        return gguf.GGUFReader(path)
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such GGUF file") from None
-    except Exception as e:  # the reader raises many types on bad bytes
-        raise ValueError(
-            f"{path}: not a valid GGUF file, corrupt or truncated ({type(e).__name__}: {e})"
-        ) from None
-
-
-def gguf_field(reader, key: str, default=None):
-    field = reader.fields.get(key)
-    return default if field is None else field.contents()
-
-
 def gguf_config(reader, path: str, **overrides) -> ModelConfig:
-    arch = gguf_field(reader, "general.architecture")
+    arch = gguf_io.field(reader, "general.architecture")
     if arch not in presets.FAMILIES:
         raise ValueError(f"{path}: unknown architecture {arch!r}: allowed {presets.FAMILIES}")
-    g = lambda k, d=None: gguf_field(reader, f"{arch}.{k}", d)  # noqa: E731
+    g = lambda k, d=None: gguf_io.field(reader, f"{arch}.{k}", d)  # noqa: E731
     n_heads, d = int(g("attention.head_count")), int(g("embedding_length"))
     names = {t.name for t in reader.tensors}
     if "rope_freqs.weight" in names:
@@ -237,7 +163,7 @@ def gguf_config(reader, path: str, **overrides) -> ModelConfig:
             f"{path}: Llama-3.1-style RoPE scaling in GGUF (rope_freqs) is not "
             "supported; load the model's HF folder instead"
         )
-    tokens = gguf_field(reader, "tokenizer.ggml.tokens") or []
+    tokens = gguf_io.field(reader, "tokenizer.ggml.tokens") or []
     cfg = ModelConfig(
         family=arch,
         vocab_size=int(g("vocab_size", len(tokens))),
@@ -290,32 +216,6 @@ def _gguf_tensors(reader, cfg: ModelConfig, path: str) -> list[tuple[str, tuple,
     return out
 
 
-_WRITE_DTYPES = {"float32": ("F32", np.float32), "bfloat16": ("BF16", ml_dtypes.bfloat16),
-                 "float16": ("F16", np.float16)}  # fmt: skip
-
-
-def write_safetensors(
-    path: str, tensors: list[tuple[str, tuple, Callable]], dtype: str = "float32"
-) -> None:
-    """A safetensors file of tensors (name, shape, read) in `dtype`, read and written one
-    at a time: the header is known from the shapes, so no two tensors are in memory at once."""
-    code, np_dtype = _WRITE_DTYPES[dtype]
-    header, offset = {}, 0
-    for name, shape, _ in tensors:
-        size = np.dtype(np_dtype).itemsize * int(np.prod(shape))
-        header[name] = dict(dtype=code, shape=list(shape), data_offsets=[offset, offset + size])
-        offset += size
-    raw = json.dumps(header).encode()
-    raw += b" " * (-len(raw) % 8)  # the format pads the header to 8 bytes with spaces
-    with open(path, "wb") as f:
-        f.write(np.uint64(len(raw)).tobytes() + raw)
-        for name, shape, read in tensors:
-            w = np.ascontiguousarray(read(), np_dtype)
-            if w.shape != shape:
-                raise ValueError(f"{path}: tensor {name} has shape {w.shape}, expected {shape}")
-            f.write(w.tobytes())
-
-
 def _from_layout(name: str, w: np.ndarray) -> np.ndarray:
     """Our layout -> HF's ([out, in] projections, flat biases): `_to_layout` inverted."""
     if name == "o":  # [heads, H, D] -> [D, heads * H]
@@ -329,9 +229,9 @@ def save_hf(folder: str, params: dict, cfg: ModelConfig, dtype: str, max_shard_b
     """Write `params` as HF safetensors (one file, or shards + `model.safetensors.index.json`
     past `max_shard_bytes`) and `config.json`; each tensor is fetched to the host (gathered
     from its shards), converted and written before the next, so a host holds one tensor."""
-    if dtype not in _WRITE_DTYPES:
-        raise ValueError(f"export dtype {dtype!r}: allowed {sorted(_WRITE_DTYPES)}")
-    itemsize = np.dtype(_WRITE_DTYPES[dtype][1]).itemsize
+    if dtype not in safetensors_io.WRITE_DTYPES:
+        raise ValueError(f"export dtype {dtype!r}: allowed {sorted(safetensors_io.WRITE_DTYPES)}")
+    itemsize = np.dtype(safetensors_io.WRITE_DTYPES[dtype][1]).itemsize
     shards: list[list] = [[]]
     size = 0
     for path, name, shape in _expected(cfg):
@@ -349,7 +249,7 @@ def save_hf(folder: str, params: dict, cfg: ModelConfig, dtype: str, max_shard_b
         f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))
     ]  # fmt: skip
     for name, tensors in zip(names, shards):
-        write_safetensors(os.path.join(folder, name), tensors, dtype)
+        safetensors_io.write(os.path.join(folder, name), tensors, dtype)
     if len(shards) > 1:
         weight_map = {t[0]: n for n, tensors in zip(names, shards) for t in tensors}
         total = sum(itemsize * int(np.prod(t[1])) for tensors in shards for t in tensors)
@@ -391,10 +291,12 @@ def gguf_as_hf_folder(path: str) -> str:
     final = caching.cache_dir("gguf", f"{_GGUF_CACHE_FORMAT}-{_file_digest(path)}")
 
     def convert(out: str):
-        reader = _gguf_reader(path)
+        reader = gguf_io.reader(path)
         cfg = gguf_config(reader, path)
         tok = tokenizer_lib.Tokenizer.from_gguf(path, reader)
-        write_safetensors(os.path.join(out, "model.safetensors"), _gguf_tensors(reader, cfg, path))
+        safetensors_io.write(
+            os.path.join(out, "model.safetensors"), _gguf_tensors(reader, cfg, path)
+        )
         with open(os.path.join(out, "config.json"), "w") as f:
             json.dump(presets.to_hf_config(cfg), f, indent=2)
         tok.save_hf_folder(out)

@@ -1,0 +1,60 @@
+"""`--mode eval`: a model, or a run's checkpoint, on the held-out benchmarks.
+
+    python -m explore_rl.main --mode eval --config configs/grpo.py:demo \\
+        --config.eval.checkpoint=runs/demo [--config.eval.step=6] --workdir runs/demo-eval
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+
+from explore_rl import checkpoint as checkpoint_lib
+from explore_rl import config as config_lib
+from explore_rl import parallel
+from explore_rl.hoststate import HostState
+from explore_rl.train.build import Run
+from explore_rl.train.steps import run_evaluation
+
+
+def run_eval(c, workdir: str | None) -> dict:
+    """--mode eval: the model, or a run's checkpoint (`eval.checkpoint`, `eval.step`), on the
+    held-out benchmarks; writes eval.json and eval_responses.jsonl (every response with its
+    extracted answer) to `workdir`. Only the params (and the eval config's explorers' state,
+    for methods that act at test time) are restored: no optimizer state is allocated, and
+    the training run's methods need not be in the eval config."""
+    config_lib.validate(c)
+    if workdir and parallel.is_main_process():  # now, not after the whole evaluation
+        checkpoint_lib.open_workdir(workdir)
+    mesh = config_lib.mesh(c)
+    params, cfg, tok = config_lib.load_policy(c, parallel.placer(mesh))
+    run = Run.create(c, cfg, tok, verifier=None, mesh=mesh)
+    states = {ex.name: ex.template(run.context(params, 0)) for ex in run.explorers}
+    step = 0
+    if c.eval.checkpoint:
+        folder, step = checkpoint_lib.locate(c.eval.checkpoint, c.eval.step)
+        arrays = {n: _arrays(s) for n, s in states.items() if jax.tree.leaves(_arrays(s))}
+        like = {"state": {"params": params}, **({"explorers": arrays} if arrays else {})}
+        saved = checkpoint_lib.restore_subset(folder, step, like)
+        params = saved["state"]["params"]
+        for n in arrays:  # the saved arrays, beside the host data the template holds
+            restored = saved["explorers"][n]
+            states[n] = {**states[n], **restored} if isinstance(states[n], dict) else restored
+    records = []
+    with config_lib.verifier(c) as run.verifier, parallel.use(mesh):
+        results = run_evaluation(run, params, states, step, records)
+    if workdir and parallel.is_main_process():
+        with open(os.path.join(workdir, "eval.json"), "w") as f:
+            json.dump({"step": step, **results}, f, indent=2)
+        with open(os.path.join(workdir, "eval_responses.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+    return results
+
+
+def _arrays(state):
+    """An explorer state without its host data (`HostState`): what evaluation restores."""
+    if isinstance(state, dict):
+        return {k: _arrays(v) for k, v in state.items() if not isinstance(v, HostState)}
+    return state

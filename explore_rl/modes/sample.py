@@ -1,0 +1,97 @@
+"""`--mode sample`: continuations of prompts (a file's, or the task's test questions),
+printed and written to WORKDIR/samples/sample.jsonl.
+
+    python -m explore_rl.main --config configs/base.py --mode sample --workdir runs/s4 \\
+        --config.sample.temperature=1.0 --config.sample.samples_per_prompt=4 \\
+        --config.sample.prompt_file=prompts.txt
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+
+from explore_rl import config as config_lib
+from explore_rl import parallel
+from explore_rl.sampling import engine, sampler
+
+
+def load_prompts(config) -> list[tuple[str, str | None]]:
+    """(prompt, reference answer or None) pairs from the prompt file or the task."""
+    s = config.sample
+    if not s.prompt_file:
+        _, benchmarks = config_lib.load_problems(config)
+        if not benchmarks:
+            raise ValueError("--mode sample: give sample.prompt_file or task.test_paths")
+        problems = next(iter(benchmarks.values()))[: s.num_prompts]
+        return [(p.question, p.answer) for p in problems]
+    with open(s.prompt_file) as f:
+        lines = [line.rstrip("\n") for line in f if line.strip()]
+    if not s.prompt_file.endswith(".jsonl"):
+        return [(line, None) for line in lines[: s.num_prompts]]
+    out = []
+    for i, line in enumerate(lines[: s.num_prompts]):
+        row = json.loads(line)
+        if s.prompt_field not in row:
+            raise ValueError(
+                f"{s.prompt_file}:{i + 1}: no field {s.prompt_field!r} (fields: {sorted(row)})"
+            )
+        out.append((str(row[s.prompt_field]), None))
+    return out
+
+
+def run_sample(config, workdir: str | None) -> list[dict]:
+    config_lib.validate_sample(config)
+    start = time.perf_counter()
+    mesh = config_lib.mesh(config)  # rows decoded over every device (and process)
+    params, cfg, tok = config_lib.load_policy(config, parallel.placer(mesh))
+    say = print if parallel.is_main_process() else lambda *_: None  # one process speaks
+    say(
+        f"loaded {config.model.path} ({cfg.family}, {cfg.num_params() / 1e6:.0f}M params) "
+        f"in {time.perf_counter() - start:.1f}s"
+    )
+    s = config.sample
+    prompts = load_prompts(config)
+    fmt = config_lib.prompt_format(config)
+    if s.prompt_file:  # the file's prompts as written: the task's instruction is the task's
+        fmt = dataclasses.replace(fmt, instruction="")
+    rows = [tok.encode(fmt.text(tok, p)) for p, _ in prompts]
+    tokens, mask = sampler.left_pad(rows, tok.pad_id)
+    g, n = s.samples_per_prompt, len(rows)
+    sc = config_lib.sampling_config(config, tok.stop_ids, "sample")
+    start = time.perf_counter()
+    with parallel.use(mesh):
+        out, stats = engine.generate(
+            params,
+            cfg,
+            tokens,
+            mask,
+            jax.random.key(config.seed),
+            jnp.full((n * g, s.max_new_tokens), s.temperature),
+            sc,
+            config_lib.engine_config(config),
+        )
+    seconds = time.perf_counter() - start
+    samples = []
+    for i, (toks, m) in enumerate(zip(out.tokens.tolist(), out.mask.tolist())):
+        prompt, answer = prompts[i // g]
+        text = tok.decode([x for x, keep in zip(toks, m) if keep])
+        samples.append({"prompt": prompt, "answer": answer, "response": text})
+        say(f"\n> {prompt}" + (f"   [answer {answer}]" if answer is not None else "") + f"\n{text}")
+    say(
+        f"\n{len(samples)} samples, {stats.useful_tokens} tokens in {seconds:.1f}s "
+        f"(compile included; prefill {stats.prefill_s:.1f}s, decode {stats.decode_s:.1f}s, "
+        f"{stats.slots} slots {stats.occupancy:.0%} busy, {stats.refills} refills)"
+    )
+    if workdir and parallel.is_main_process():
+        os.makedirs(os.path.join(workdir, "samples"), exist_ok=True)
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(config_lib.resolved(config).to_json(indent=2))
+        with open(os.path.join(workdir, "samples", "sample.jsonl"), "w") as f:
+            f.writelines(json.dumps(x) + "\n" for x in samples)
+    return samples

@@ -1,0 +1,226 @@
+"""A training run's construction: its fixed parts (`Run`: model, data shard, optimizer,
+keys, explorers), what a resume needs (`Progress`), and start-up (`start`: validation, the
+work directory, the memory estimate, the weights, restoring the newest checkpoint).
+
+    run, progress, ckpt = build.start(c, workdir, verifier)
+
+Everything random derives from (seed, step), and the data position is checkpointed with
+the train state, so a rerun of the same command resumes exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+from jax.sharding import Mesh
+from ml_collections import ConfigDict
+
+from explore_rl import checkpoint as checkpoint_lib
+from explore_rl import config as config_lib
+from explore_rl import memory, parallel
+from explore_rl.checkpoint import Checkpointer
+from explore_rl.data import sharded, tasks
+from explore_rl.exploration import base as exploration
+from explore_rl.logs import flatten
+from explore_rl.rewards.math import Verifier
+from explore_rl.rl import footprint
+from explore_rl.rl import rollout as rollout_lib
+from explore_rl.rl.train_step import init_state, make_optimizer
+from explore_rl.train import sizing
+
+
+@struct.dataclass
+class Progress:
+    """Everything a resume needs besides the config."""
+
+    state: object  # TrainState
+    data_position: jax.Array  # next index into the training stream
+    explorers: dict = dataclasses.field(default_factory=dict)  # {name: explorer state}
+
+
+@dataclasses.dataclass
+class Run:
+    """What stays fixed over a run's steps."""
+
+    config: ConfigDict
+    cfg: object  # ModelConfig
+    tok: object  # Tokenizer
+    train_set: Sequence  # sharded.Problems: the file's rows, each process holding its shard
+    test_sets: dict  # {benchmark: problems}
+    optimizer: object
+    verifier: Verifier
+    key: jax.Array  # step s samples with fold_in(key, s)
+    eval_key: jax.Array  # evaluation after step s: fold_in(eval_key, s)
+    settings: rollout_lib.RolloutSettings  # how training rollouts are drawn and rewarded
+    explorers: list = dataclasses.field(default_factory=list)
+    ref_params: dict | None = None  # frozen reference policy, when rl.kl_coef > 0
+    workdir: str | None = None
+    mesh: Mesh | None = None  # where the update's batch rows are sharded
+    longest_prompt: int = 0  # tokens of the longest training prompt
+    memory_estimate: footprint.Footprint | None = None  # per device, made at start
+
+    @classmethod
+    def create(cls, c, cfg, tok, verifier, workdir=None, ref_params=None, mesh=None) -> Run:
+        """The run of config `c`: its problems (each process reads its shard of the
+        training file), optimizer, keys and explorers."""
+        settings = config_lib.rollout_settings(c, tok)
+        fit = functools.partial(  # over-long prompts found now, not at the step drawing one
+            rollout_lib.fit_prompts, tok, fmt=settings.prompt, max_len=settings.max_prompt_len,
+            policy=c.task.long_prompts,
+        )  # fmt: skip
+        shard = tasks.Shard(jax.process_index(), jax.process_count())
+        local, test_sets, longest, error = [], {}, 0, None
+        try:
+            local, test_sets = config_lib.load_problems(c, shard)
+            name = "train" if shard.count == 1 else f"train (process {shard.index}'s shard)"
+            local, longest = fit(local, name=name, whole=shard.count == 1)
+            test_sets = {n: fit(problems, name=n)[0] for n, problems in test_sets.items()}
+        except Exception as e:  # noqa: BLE001 - said by every process, none left waiting
+            if shard.count == 1:
+                raise
+            error = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
+        joined = sharded.Problems.join(local, shard, parallel.allgather_bytes, longest, error)
+        key, eval_key = jax.random.split(jax.random.key(c.seed))
+        return cls(
+            config=c,
+            cfg=cfg,
+            tok=tok,
+            train_set=joined.problems,
+            test_sets=test_sets,
+            optimizer=make_optimizer(config_lib.optim_config(c)),
+            verifier=verifier,
+            key=key,
+            eval_key=eval_key,
+            explorers=exploration.build(c),
+            ref_params=ref_params,
+            workdir=workdir,
+            mesh=mesh,
+            settings=settings,
+            longest_prompt=joined.longest,
+        )
+
+    def context(self, params, step: int) -> exploration.StepContext:
+        return exploration.StepContext(
+            params,
+            self.cfg,
+            self.tok,
+            self.config,
+            step,
+            self.train_set,
+            self.verifier,
+            self.workdir,
+            self.settings,
+        )
+
+
+def start(c, workdir: str, verifier: Verifier, mesh: Mesh | None = None):
+    """Load everything a run needs (on `mesh`, else the config's); resume from the newest
+    checkpoint if there is one."""
+    config_lib.validate(c)
+    checkpoint_lib.open_workdir(workdir)
+    ckpt = Checkpointer(workdir, c.train.keep_checkpoints)
+    step = ckpt.latest_step() or 0
+    if step:  # before anything is loaded: a run of another config is refused now
+        check_same_run(c, workdir)
+    memory.trim_after_compiles()
+    mesh = config_lib.mesh(c) if mesh is None else mesh
+    cfg, tok = config_lib.model_spec(c)
+    if cfg.param_dtype == "bfloat16":  # bfloat16 keeps 8 significant bits
+        logging.warning(
+            "model.param_dtype=bfloat16: an optimizer step of ~optim.lr=%g is rounded away "
+            "on every weight above ~%.2g; train float32 weights (model.dtype=bfloat16 keeps "
+            "the matmuls in bfloat16)", c.optim.lr, 256 * c.optim.lr,
+        )  # fmt: skip
+    run = Run.create(c, cfg, tok, verifier, workdir, mesh=mesh)
+    if not run.train_set:
+        raise ValueError(
+            f"task {config_lib.task_name(c)!r} has no training problems: set task.train_path "
+            "(a preset whose data/ folder has no train.jsonl is a test set only), or check "
+            "that some of its rows have a question and an answer and fit "
+            "rollout.max_prompt_len"
+        )
+    sized, run.memory_estimate = sizing.size(
+        c, cfg, dict(mesh.shape), run.optimizer, run.longest_prompt, run.explorers
+    )
+    main = parallel.is_main_process()
+    if c.rollout.slots == "auto":  # the most slots that fit, up to every row at once
+        slots = sized.rollout.slots
+        run.settings = dataclasses.replace(
+            run.settings, engine=dataclasses.replace(run.settings.engine, slots=slots)
+        )
+        if main:
+            print(f"rollout.slots=auto: {slots or 'every row at once'}", file=sys.stderr)
+    if main:
+        print(run.memory_estimate.summary(), file=sys.stderr)
+    if c.train.check_memory:  # before the weights are read
+        sizing.check(
+            sized, cfg, dict(mesh.shape), run.optimizer, run.longest_prompt, run.explorers,
+            run.memory_estimate,
+        )  # fmt: skip
+    params = config_lib.load_params(c, cfg, parallel.placer(mesh))
+    run.ref_params = jax.tree.map(jnp.copy, params) if c.rl.kl_coef else None
+    ctx = run.context(params, 0)
+    states = {ex.name: (ex.template if step else ex.init)(ctx) for ex in run.explorers}
+    progress = Progress(
+        parallel.create(init_state, mesh, params, run.optimizer), jnp.zeros((), jnp.int32), states
+    )
+    progress = placed(progress, mesh)
+    if step:
+        progress = ckpt.restore(step, progress)
+    return run, progress, ckpt
+
+
+# The settings that make a run what it is (the rest may change when it resumes).
+_SAME_RUN = ("seed", "model.", "task.", "rollout.", "rl.", "optim.", "exploration.", "reward.name",
+             "reward.fn", "reward.extractors", "reward.format_weight")  # fmt: skip
+# How rollouts and updates are scheduled, not what they are: a resume may change it (less
+# memory, say; results move by float rounding at most).
+_SCHEDULING = (
+    "rollout.slots", "rollout.decode_chunk", "model.attention", "model.attention_block",
+    "model.remat", "model.logits_chunk", "optim.micro_batches", "optim.micro_batch_tokens",
+)  # fmt: skip
+
+
+def check_same_run(c, workdir: str) -> None:
+    """A work directory with checkpoints resumes only the run its config.json describes:
+    another model, task, rollout, update or method setting (or seed) is refused, naming the
+    first difference, unless `train.allow_config_change`. Length, logging, evaluation,
+    placement and rollout-scheduling settings may change on resume."""
+    path = os.path.join(workdir, "config.json")
+    if c.train.allow_config_change or not os.path.exists(path):
+        return
+    with open(path) as f:
+        before = flatten(json.load(f))
+    now = flatten(json.loads(config_lib.resolved(c).to_json()))
+    # a key only one side has was added to the code after the run started: not a change
+    changed = sorted(
+        k
+        for k in before.keys() & now.keys()
+        if k.startswith(_SAME_RUN) and k not in _SCHEDULING and before[k] != now[k]
+    )
+    if changed:
+        k = changed[0]
+        raise ValueError(
+            f"--workdir {workdir} holds a run of another config ({k}: {before.get(k)!r} -> "
+            f"{now.get(k)!r}; {len(changed)} setting(s) differ): use a new --workdir, or "
+            "--config.train.allow_config_change=True to resume it anyway"
+        )
+
+
+def placed(progress: Progress, mesh: Mesh) -> Progress:
+    """The host-made leaves (the data position, the explorers' states) whole on every device:
+    hosts read them back. The train state already is where the rules put it
+    (`parallel.create`, the update's out shardings)."""
+    return progress.replace(
+        data_position=parallel.replicate(progress.data_position, mesh),
+        explorers=parallel.replicate(progress.explorers, mesh),
+    )

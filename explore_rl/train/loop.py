@@ -1,0 +1,146 @@
+"""`--mode train`: the GRPO loop, rollout -> rewards -> advantages -> pi_old -> update ->
+log / checkpoint / evaluate, one process per work directory, stopped cleanly by SIGTERM or
+SIGINT.
+
+    python -m explore_rl.main --config configs/grpo.py:demo --workdir runs/demo
+
+Rerunning the same command resumes from the newest checkpoint and continues exactly as if
+never stopped (`build.start`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+
+from jax.sharding import Mesh
+from tqdm import tqdm
+
+from explore_rl import checkpoint as checkpoint_lib
+from explore_rl import config as config_lib
+from explore_rl import parallel
+from explore_rl.logs import RunLogger
+from explore_rl.rewards.math import Verifier
+from explore_rl.train.build import start
+from explore_rl.train.steps import run_evaluation, train_one_step
+
+
+def train(c, workdir: str):
+    config_lib.validate(c)  # before the work directory is made or locked
+    mesh = config_lib.mesh(c)
+    with (
+        checkpoint_lib.only_writer(workdir, take=parallel.is_main_process()),
+        config_lib.verifier(c) as verifier,
+        parallel.use(mesh),
+    ):
+        return _train(c, workdir, verifier, mesh)
+
+
+class Preempted(SystemExit):
+    """The run stopped on SIGTERM / SIGINT after checkpointing; rerunning resumes it."""
+
+
+class _StopSignals:
+    """SIGTERM (a scheduler's preemption) or SIGINT (Ctrl-C): the first lets the current
+    step finish, then the run checkpoints, flushes its logs and stops; a second exits at
+    once (the newest complete checkpoint stays usable). Only in the main thread, where
+    Python delivers signals; elsewhere (a notebook's worker thread) nothing changes."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous: dict = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.received is not None:
+            os._exit(128 + signum)
+        self.received = signum
+        name = signal.Signals(signum).name
+        print(f"\n{name}: finishing this step, then checkpoint and stop ({name} again: now)",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _train(c, workdir: str, verifier: Verifier, mesh: Mesh):
+    run, progress, ckpt = start(c, workdir, verifier, mesh)
+    start_step = ckpt.latest_step() or 0
+    resolved, main = config_lib.resolved(c), parallel.is_main_process()
+    if main:  # one writer in a run of several processes
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            record = {**json.loads(resolved.to_json()), "memory": run.memory_estimate.record()}
+            json.dump(record, f, indent=2)
+    logger = RunLogger(workdir, start_step, config_lib.wandb_settings(c, resolved), write=main)
+    bar = tqdm(
+        range(start_step, c.train.steps),
+        initial=start_step,
+        total=c.train.steps,
+        desc="train",
+        dynamic_ncols=True,
+        disable=not main,
+    )
+    updates_per_step = c.rl.minibatches * c.rl.ppo_epochs
+    skipped_in_a_row, skipped = 0, int(progress.state.skipped)
+    with _StopSignals() as stop:
+        for step in bar:
+            progress, metrics, ro = train_one_step(run, progress, step)
+            if c.train.eval_every and (step + 1) % c.train.eval_every == 0:
+                metrics.update(
+                    run_evaluation(run, progress.state.params, progress.explorers, step + 1)
+                )
+            if (step + 1) % c.train.log_every == 0 or step + 1 == c.train.steps:
+                logger.log(step + 1, metrics, _samples(ro, run.tok, c.train.samples_to_log))
+            due = (step + 1) % c.train.checkpoint_every == 0 or step + 1 == c.train.steps
+            if due or stop.received is not None:
+                ckpt.save(step + 1, progress, force=not due)
+            bar.set_postfix(
+                reward=f"{metrics['reward/mean']:.3f}",
+                zero_adv=f"{metrics['groups/zero_adv_frac']:.2f}",
+                loss=f"{metrics['train/loss']:.4f}",
+            )
+            now = int(progress.state.skipped)
+            # per step, the count of skipped updates is known, not their order: a step that
+            # skipped only some counts them as the start of a new run of skips
+            whole = now - skipped == updates_per_step
+            skipped_in_a_row = skipped_in_a_row + now - skipped if whole else now - skipped
+            skipped = now
+            if skipped_in_a_row >= c.train.max_skipped_updates:
+                ckpt.close()
+                logger.close()
+                raise RuntimeError(
+                    f"{skipped_in_a_row} updates in a row skipped for a non-finite loss or "
+                    f"gradient (through step {step + 1}; {updates_per_step} per step): lower "
+                    "optim.lr or check the rewards (train.max_skipped_updates)"
+                )
+            if stop.received is not None:
+                ckpt.close()
+                logger.close()
+                raise Preempted(
+                    f"stopped by {signal.Signals(stop.received).name} after step {step + 1}, "
+                    "checkpoint saved: rerun the same command to resume"
+                )
+    ckpt.close()
+    logger.close()
+    return progress
+
+
+def _samples(ro, tok, n: int) -> list[dict]:
+    """Every (B / n)-th rollout; `response` is the text the reward saw (prefix included)."""
+    g, out = ro.group_size, []
+    for i in range(0, len(ro.texts), max(len(ro.texts) // max(n, 1), 1))[:n]:
+        p = ro.problems[i // g]
+        row = {"question": p.question, "answer": p.answer, "response": ro.texts[i]}
+        if p.prefix:
+            row["prefix"] = tok.decode(list(p.prefix))
+        out.append({**row, "reward": float(ro.rewards.reshape(-1)[i])})
+    return out

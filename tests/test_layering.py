@@ -1,0 +1,135 @@
+"""The package's imports flow one way: each module imports only modules of its own layer or
+of the layers below it, and no module imports itself back through others (DESIGN.md,
+"Architecture"). Every import counts, those inside functions too. A new module must be
+placed in `LAYERS`, so where it sits is a decision, not an accident."""
+
+import ast
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "explore_rl"
+
+# Lowest first. A module belongs to the layer of the longest prefix that names it.
+LAYERS = (
+    (
+        "core",  # the model, sampling, scoring and losses, rewards, data: no loop, no method
+        (
+            "models", "sampling", "rl", "rewards", "data", "evaluation.metrics", "parallel",
+            "checkpoint", "logs", "registry", "hoststate", "caching", "memory",
+        ),
+    ),
+    ("contract", ("exploration.base",)),  # what the loop and the methods both depend on
+    ("methods", ("exploration",)),  # one module per exploration method
+    ("loop", ("config", "train", "evaluation.evaluate")),  # the run spec, the GRPO loop
+    ("modes", ("main", "modes")),  # one module per --mode; main parses and dispatches
+    ("tools", ("bench", "analysis", "evaluation.report", "evaluation.diversity")),
+)  # fmt: skip
+
+
+def layer_of(module: str) -> int:
+    best = max(
+        ((len(p), i) for i, (_, ps) in enumerate(LAYERS) for p in ps
+         if module == p or module.startswith(p + ".")),
+        default=None,
+    )  # fmt: skip
+    if best is None:
+        raise KeyError(f"{module}: in no layer of LAYERS (tests/test_layering.py): place it")
+    return best[1]
+
+
+def package_imports(root: pathlib.Path) -> dict[str, set[str]]:
+    """{module: the package's modules it imports}, names relative to the package."""
+    paths = {}
+    for p in root.rglob("*.py"):
+        if p.name == "__init__.py" and not p.read_text().strip():
+            continue  # an empty package marker imports nothing and is in no layer
+        parts = p.relative_to(root).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        paths[name] = p
+    graph = {}
+    for name, p in paths.items():
+        here = name.split(".") if p.name == "__init__.py" else name.split(".")[:-1]
+        deps = set()
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    prefix = here[: len(here) - node.level + 1]
+                    base = ".".join(prefix + ([base] if base else []))
+                elif base == root.name or base.startswith(root.name + "."):
+                    base = base[len(root.name) + 1 :]
+                else:
+                    continue
+                # `from pkg import module` imports the module; `from module import name` the module
+                targets = [f"{base}.{a.name}".strip(".") for a in node.names]
+                targets = [t if t in paths else base for t in targets]
+            else:
+                continue
+            for t in targets:
+                t = t[len(root.name) + 1 :] if t.startswith(root.name + ".") else t
+                if t in paths and t and t != name:
+                    deps.add(t)
+        graph[name] = deps
+    return graph
+
+
+def violations(graph: dict[str, set[str]]) -> list[str]:
+    """Arrows that run up a layer, and cycles (each once, by its members)."""
+    found = [
+        f"{m} ({LAYERS[layer_of(m)][0]}) imports {d} ({LAYERS[layer_of(d)][0]})"
+        for m, deps in sorted(graph.items())
+        for d in sorted(deps)
+        if layer_of(d) > layer_of(m)
+    ]
+    state, stack = {}, []
+
+    def visit(m):  # depth-first; a node met again while on the stack closes a cycle
+        state[m] = "open"
+        stack.append(m)
+        for d in sorted(graph.get(m, ())):
+            if state.get(d) == "open":
+                found.append("cycle: " + " -> ".join(stack[stack.index(d) :] + [d]))
+            elif d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    return found
+
+
+def test_every_module_is_in_a_layer():
+    for module in package_imports(PACKAGE):
+        layer_of(module)
+
+
+def test_imports_flow_one_way_and_close_no_cycle():
+    assert violations(package_imports(PACKAGE)) == []
+
+
+@pytest.mark.parametrize(
+    "graph,words",
+    [
+        ({"rl.plan": {"train.loop"}, "train.loop": set()}, "rl.plan (core) imports train.loop"),
+        ({"exploration.base": {"exploration.ead"}, "exploration.ead": set()}, "(contract)"),
+        ({"models.a": {"models.b"}, "models.b": {"models.a"}}, "cycle: models.a -> models.b"),
+    ],
+)
+def test_the_check_finds_an_upward_arrow_and_a_cycle(graph, words):
+    assert any(words in v for v in violations(graph))
+
+
+def test_an_import_inside_a_function_counts(tmp_path):
+    pkg = tmp_path / "explore_rl"
+    (pkg / "rl").mkdir(parents=True)
+    (pkg / "train").mkdir()
+    for f in ("__init__.py", "rl/__init__.py", "train/__init__.py", "train/loop.py"):
+        (pkg / f).write_text("")
+    (pkg / "rl" / "plan.py").write_text("def f():\n    from explore_rl.train import loop\n")
+    assert package_imports(pkg)["rl.plan"] == {"train.loop"}
+    assert violations(package_imports(pkg)) == ["rl.plan (core) imports train.loop (loop)"]
