@@ -53,8 +53,8 @@ PANELS = {
 # settings, logging and checkpoint cadence, worker counts, the mesh, the memory estimate
 # and the settings that trade memory for time
 IGNORED = re.compile(
-    r"^(seed|eval\.|train\.(log_every|checkpoint_every|keep_checkpoints|samples_to_log"
-    r"|check_memory)|reward\.(workers|timeout)|mesh\.|memory\.|rollout\.(slots|decode_chunk)"
+    r"^(seed|eval\.|train\.(log_every|checkpoint_every|keep_checkpoints|prune_checkpoints"
+    r"|samples_to_log|check_memory)|reward\.(workers|timeout)|mesh\.|memory\.|rollout\.(slots|decode_chunk)"
     r"|model\.(attention|attention_block|remat|logits_chunk)|optim\.micro_batch)"
 )
 

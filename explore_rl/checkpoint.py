@@ -1,8 +1,16 @@
 """Orbax checkpoints of the train state: save every N steps and at the end, keep the last
-k, and restore the newest complete one (Orbax writes to a temporary name and renames, so
-a run killed mid-save leaves the previous checkpoint as the newest). A write that fails
+k, and restore the newest intact one. Orbax writes to a temporary name and renames, so a
+run killed mid-save leaves the previous checkpoint as the newest. A write that fails
 (disk full, quota) is reported as `SaveFailed`, naming the step lost and the newest
 complete one, which the failed write never touched.
+
+Integrity: once a step's write has finished, a digest of its files (`<step>.sha256`
+beside it: each file's size and SHA-256) is written; a resume checks the newest step
+against it and sets a damaged one aside (renamed `<step>.damaged`, with one line saying
+so) for the newest intact one. A step whose digest was never written (the run was killed
+right after the write) is accepted if it restores, and then digested. Old steps are
+deleted only after a newer one has its digest, so the step a run resumed from survives
+until a newer one is known good.
 
 A step holds two items: `state`, every array of the run's progress, and `host`, the
 JSON data of each `HostState` in it (explorers' per-problem memories, queues), so both
@@ -10,16 +18,23 @@ are written and made visible together."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import errno
 import fcntl
+import hashlib
+import json
+import logging
 import os
 import re
+import shutil
 import socket
+import sys
 import time
 
 import jax
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
 from explore_rl.hoststate import host_states
 
@@ -28,12 +43,23 @@ class SaveFailed(OSError):
     """A checkpoint could not be written; the previous complete one is intact."""
 
 
+class Damaged(Exception):
+    """A checkpoint step that cannot be restored as written (files changed or missing)."""
+
+
 class Checkpointer:
-    def __init__(self, workdir: str, keep: int = 3):
+    """`keep` newest steps of `workdir/checkpoints`; `main`: this process writes the digests
+    and deletes old steps (one process of a multi-process run)."""
+
+    def __init__(self, workdir: str, keep: int = 3, main: bool = True):
         self._pending: int | None = None  # the step whose background write may still fail
+        self.keep, self.main = keep, main
+        self.folder = os.path.abspath(os.path.join(workdir, "checkpoints"))
         self.manager = ocp.CheckpointManager(
-            os.path.abspath(os.path.join(workdir, "checkpoints")),
-            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True),
+            self.folder,
+            # no max_to_keep: Orbax would delete the old steps before the new one is
+            # digested; `_prune` deletes them after
+            options=ocp.CheckpointManagerOptions(create=True),
             item_handlers={  # named, so a step's metadata is readable before a restore
                 "state": ocp.StandardCheckpointHandler(),
                 "host": ocp.JsonCheckpointHandler(),
@@ -42,6 +68,33 @@ class Checkpointer:
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
+
+    def newest_intact(self) -> int:
+        """The newest step that matches its digest (or has none yet: `restore` checks it),
+        0 if none; newer ones that do not match are set aside, one line each."""
+        for step in reversed(steps(self.folder)):
+            problem = check_digest(self.folder, step)
+            if problem is None or problem == NO_DIGEST:
+                return step
+            self.set_aside(step, problem)
+        return 0
+
+    def set_aside(self, step: int, problem: str) -> None:
+        """Rename a damaged step out of the way (`<step>.damaged`): kept for inspection,
+        not restored, and its number free for the resumed run to write again."""
+        if self.main:
+            target = _free_name(os.path.join(self.folder, f"{step}.damaged"))
+            os.rename(os.path.join(self.folder, str(step)), target)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(_digest_path(self.folder, step))
+            print(
+                f"checkpoint {step} in {self.folder} is damaged ({problem}): set aside as "
+                f"{os.path.basename(target)}; resuming from the newest intact one",
+                file=sys.stderr,
+            )
+        if jax.process_count() > 1:  # every process lists the steps after the rename
+            multihost_utils.sync_global_devices(f"set aside checkpoint {step}")
+        self.manager.reload()  # Orbax lists the steps when it opens
 
     def save(self, step: int, state, force: bool = False):
         host = {path: h.data for path, h in host_states(state).items()}
@@ -53,17 +106,28 @@ class Checkpointer:
 
     def restore(self, step: int, like):
         """Restore into the structure, shapes, dtypes and shardings of `like`; each
-        `HostState` of `like` gets the data saved for its place."""
-        saved = _leaves(self.manager.item_metadata(step)["state"])
+        `HostState` of `like` gets the data saved for its place. A step Orbax cannot read
+        raises `Damaged`; one of another model, `ValueError`."""
+        try:
+            saved = _leaves(self.manager.item_metadata(step)["state"])
+        except Exception as e:  # an unreadable metadata file, whatever its type
+            raise Damaged(f"its metadata cannot be read: {type(e).__name__}") from e
+        if not saved:  # Orbax reads a missing metadata file as an empty item
+            raise Damaged("its metadata is missing")
         _check_matches(saved, _leaves(like), str(self.manager.directory), step)
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
         args = ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract), host=ocp.args.JsonRestore()
         )
-        out = self.manager.restore(step, args=args)
+        try:
+            out = self.manager.restore(step, args=args)
+        except Exception as e:  # tensorstore and Orbax raise many types on bad bytes
+            raise Damaged(f"it cannot be read: {type(e).__name__}") from e
         restored, saved = out.state, out.host or {}
         for path, h in host_states(restored).items():
             h.data = saved.get(path, h.data)
+        if self.main and check_digest(self.folder, step) == NO_DIGEST:
+            write_digest(self.folder, step)  # restored whole: known good from here on
         return restored
 
     def close(self):
@@ -75,7 +139,24 @@ class Checkpointer:
     def _wait(self):
         with self._reporting(self._pending):
             self.manager.wait_until_finished()
+        if self._pending is not None and self.main:
+            write_digest(self.folder, self._pending)
+            self._prune()
         self._pending = None
+
+    def _prune(self) -> None:
+        """Delete the steps older than the `keep` newest digested ones (with their digests):
+        a step is deleted only once `keep` newer ones are known good."""
+        known = digested(self.folder)
+        if len(known) < self.keep:
+            return
+        oldest_kept = known[-self.keep]
+        for s in steps(self.folder):
+            if s < oldest_kept:
+                shutil.rmtree(os.path.join(self.folder, str(s)))
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(_digest_path(self.folder, s))
+        self.manager.reload()
 
     @contextlib.contextmanager
     def _reporting(self, step: int | None):
@@ -97,6 +178,84 @@ class Checkpointer:
                 f"complete checkpoint, {survivor}: free space and rerun the same command to "
                 "resume"
             ) from error
+
+
+NO_DIGEST = "no digest"
+
+
+def steps(folder: str) -> list[int]:
+    """The complete steps in a checkpoints folder (Orbax names a step folder by its number
+    once its write has finished), oldest first."""
+    if not os.path.isdir(folder):
+        return []
+    return sorted(int(n) for n in os.listdir(folder) if n.isdigit())
+
+
+def digested(folder: str) -> list[int]:
+    """The steps whose digest has been written, oldest first."""
+    return [s for s in steps(folder) if os.path.exists(_digest_path(folder, s))]
+
+
+def _digest_path(folder: str, step: int) -> str:
+    return os.path.join(folder, f"{step}.sha256")
+
+
+def _file_digests(root: str) -> dict[str, list]:
+    """{path under root: [size, SHA-256]} of every file; files hashed on several threads
+    (hashlib releases the GIL), a few MiB read at a time."""
+
+    def one(path):
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(1 << 22):
+                h.update(block)
+        return [os.path.getsize(path), h.hexdigest()]
+
+    paths = sorted(
+        os.path.relpath(os.path.join(d, n), root) for d, _, ns in os.walk(root) for n in ns
+    )
+    with concurrent.futures.ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
+        return dict(zip(paths, pool.map(lambda p: one(os.path.join(root, p)), paths)))
+
+
+def write_digest(folder: str, step: int) -> None:
+    """Digest a finished step (written to a temporary name, then renamed: all or nothing)."""
+    path = _digest_path(folder, step)
+    with open(path + ".tmp", "w") as f:
+        json.dump(_file_digests(os.path.join(folder, str(step))), f, indent=0)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+
+
+def check_digest(folder: str, step: int) -> str | None:
+    """None if the step's files are those its digest lists, else what differs (the first
+    file), or NO_DIGEST if it has none."""
+    try:
+        with open(_digest_path(folder, step)) as f:
+            want = json.load(f)
+    except FileNotFoundError:
+        return NO_DIGEST
+    except ValueError:
+        return "its digest file is unreadable"
+    have = _file_digests(os.path.join(folder, str(step)))
+    for name in sorted(want.keys() | have.keys()):
+        if name not in have:
+            return f"{name} is missing"
+        if name not in want:
+            return f"{name} was added"
+        if have[name] != want[name]:
+            return f"{name} differs from its digest"
+    return None
+
+
+def _free_name(path: str) -> str:
+    """`path`, or `path.2`, `path.3`... the first that does not exist."""
+    n, out = 1, path
+    while os.path.exists(out):
+        n += 1
+        out = f"{path}.{n}"
+    return out
 
 
 def open_workdir(workdir: str) -> None:
@@ -143,6 +302,18 @@ def only_writer(workdir: str, take: bool = True):
             f.truncate(0)
 
 
+class _OrbaxErrors(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR or f"{os.sep}orbax{os.sep}" not in record.pathname
+
+
+def quiet_orbax_errors() -> None:
+    """Keep Orbax's own error logs (hundreds of lines of its threads' tracebacks on a full
+    disk) out of the terminal: every failure they describe also reaches `Checkpointer` as
+    an exception, which says it in one line (`SaveFailed`) or raises it whole."""
+    logging.getLogger("absl").addFilter(_OrbaxErrors())
+
+
 def _is_write_error(error: BaseException) -> bool:
     return isinstance(error, OSError) or "os_error_code" in str(error)
 
@@ -159,7 +330,8 @@ def _reason(error: BaseException) -> str:
 def locate(path: str, step: int = 0, step_key: str = "eval.step") -> tuple[str, int]:
     """(the checkpoints folder, the step) named by a run directory, its checkpoints folder
     or one step's folder (`.../checkpoints/6`); `step` 0 = the newest complete one (the
-    config field that gave it: `step_key`)."""
+    config field that gave it: `step_key`). Steps that do not match their digest are
+    skipped (one line each); a damaged step named explicitly is refused."""
     path = os.path.abspath(path)
     if (
         os.path.basename(path).isdigit()
@@ -173,14 +345,19 @@ def locate(path: str, step: int = 0, step_key: str = "eval.step") -> tuple[str, 
         folder = os.path.join(path, "checkpoints")
     else:
         folder = path
-    steps = (
-        sorted(int(n) for n in os.listdir(folder) if n.isdigit()) if os.path.isdir(folder) else []
-    )
-    if not steps:
+    found = steps(folder)
+    if not found:
         raise ValueError(f"{path}: no checkpoint (a run directory, its checkpoints/ or a step)")
-    if step and step not in steps:
-        raise ValueError(f"{path}: no checkpoint of step {step} (there are {steps})")
-    return folder, step or steps[-1]
+    if step and step not in found:
+        raise ValueError(f"{path}: no checkpoint of step {step} (there are {found})")
+    for s in [step] if step else reversed(found):
+        problem = check_digest(folder, s)
+        if problem in (None, NO_DIGEST):
+            return folder, s
+        if step:
+            raise ValueError(f"{path}: checkpoint {s} is damaged ({problem})")
+        print(f"{folder}: checkpoint {s} is damaged ({problem}), skipped", file=sys.stderr)
+    raise ValueError(f"{path}: every checkpoint is damaged ({found})")
 
 
 def restore_subset(path: str, step: int, like: dict) -> dict:
@@ -189,7 +366,10 @@ def restore_subset(path: str, step: int, like: dict) -> dict:
     params without allocating the optimizer's moments."""
     manager = ocp.CheckpointManager(path, item_handlers={"state": ocp.PyTreeCheckpointHandler()})
     try:
-        _check_matches(_leaves(manager.item_metadata(step)["state"]), _leaves(like), path, step)
+        saved = _leaves(manager.item_metadata(step)["state"])
+        if not saved:  # Orbax reads a missing metadata file as an empty item
+            raise ValueError(f"{path}/{step}: checkpoint damaged (its metadata is missing)")
+        _check_matches(saved, _leaves(like), path, step)
     except BaseException:
         manager.close()
         raise

@@ -43,7 +43,13 @@ def _wandb_run(workdir: str, settings: dict):
         run_id = secrets.token_hex(4)  # W&B ids: short, lowercase, alphanumeric
         with open(id_file, "w") as f:
             f.write(run_id + "\n")
-    return wandb.init(id=run_id, resume="allow", dir=workdir, **settings)
+    try:
+        return wandb.init(id=run_id, resume="allow", dir=workdir, **settings)
+    except wandb.errors.UsageError as e:  # no login, a bad setting: W&B's words, one line
+        raise ValueError(
+            f"logging.wandb=True: W&B says: {str(e).strip()} (or WANDB_MODE=offline to log "
+            "without an account; `wandb sync` uploads later)"
+        ) from None
 
 
 class RunLogger:

@@ -26,7 +26,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 import configs
-from explore_rl import caching, parallel
+from explore_rl import caching, checkpoint, parallel
 from explore_rl import config as config_lib
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -50,6 +50,8 @@ _DISTRIBUTED = flags.DEFINE_bool(
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)  # orbax and jax are chatty at INFO
+    if not _TRACEBACK.value:
+        checkpoint.quiet_orbax_errors()
     caching.enable_compilation_cache()
     try:
         parallel.initialize(
@@ -59,10 +61,8 @@ def main(argv):
     except (ValueError, OSError) as e:  # bad input, a full disk: one line that names it
         if _TRACEBACK.value or not _raised_here(e):
             raise
-        from explore_rl.checkpoint import SaveFailed
-
         line = f"error: {e}  (--traceback for the trace)"
-        if isinstance(e, SaveFailed):  # Orbax's threads may report the write again
+        if isinstance(e, checkpoint.SaveFailed):  # Orbax's threads may report the write again
             _say_last(line)
         else:
             print(line, file=sys.stderr)

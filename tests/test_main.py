@@ -1,6 +1,7 @@
 """The command line: `python -m explore_rl.main --mode sample` end to end."""
 
 import json
+import re
 
 import pytest
 from conftest import run_main
@@ -50,7 +51,7 @@ def test_bad_config_and_prompt_field_fail_clearly(tmp_path):
     )
     assert out.returncode != 0 and "Traceback" not in out.stderr  # one line names it
     last = out.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"error: {prompts}:1: no field 'question' (fields: ['problem'])")
+    assert last.startswith(f"error: {prompts}: line 1: no field 'question' (fields: ['problem'])")
     out = run_main(  # a method's check, through the same line
         "--config", "configs/grpo.py:smoke", "--workdir", str(tmp_path / "r"),
         "--config.exploration.methods=('eden',)", "--traceback",
@@ -98,4 +99,30 @@ def test_sample_settings_are_checked_before_the_model_is_read(key, value, words,
     read = lambda *a: pytest.fail("the model was read")  # noqa: E731
     monkeypatch.setattr(config_lib, "load_policy", read)
     with pytest.raises(ValueError, match=f"^config: {words}"):
+        sample.run_sample(c, None)
+
+
+@pytest.mark.parametrize(
+    "name,content,words",
+    [
+        ("p.jsonl", b'{"question": "1 + 1"}\n\n{"question": \n', ": line 3: not a JSON object"),
+        ("p.jsonl", b'{"question": "1 + 1"}\n[1, 2]\n', ": line 2: not a JSON object"),
+        ("p.jsonl", b'{"question": "1 + 1"}\n{"question": "\xff"}\n', ":2: not UTF-8 text"),
+        ("p.txt", b"What is 1 + 1?\n\xff\n", ": not UTF-8 text (byte 15)"),
+    ],
+)
+def test_a_bad_prompt_file_names_its_line_before_the_model_is_read(
+    name, content, words, tmp_path, monkeypatch
+):
+    from configs import base
+    from explore_rl import config as config_lib
+    from explore_rl.modes import sample
+
+    path = tmp_path / name
+    path.write_bytes(content)
+    c = base.get_config()
+    c.sample.prompt_file = str(path)
+    read = lambda *a: pytest.fail("the model was read")  # noqa: E731
+    monkeypatch.setattr(config_lib, "load_policy", read)
+    with pytest.raises(ValueError, match=f"^{path}{re.escape(words)}"):
         sample.run_sample(c, None)

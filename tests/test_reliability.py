@@ -21,6 +21,7 @@ from conftest import make_hf_checkpoint, run_main
 from configs import grpo
 from explore_rl import checkpoint as checkpoint_lib
 from explore_rl import config as config_lib
+from explore_rl.data import tasks
 from explore_rl.logs import read_metrics
 from explore_rl.modes import eval as eval_mode
 from explore_rl.train import build, loop
@@ -181,6 +182,56 @@ def test_sigterm_to_every_process_checkpoints_the_step_and_says_how_to_resume(tm
     )  # fmt: skip
     assert again.wait(timeout=600) == 0, again.stderr.read()[-3000:]
     assert [r["step"] for r in read_metrics(str(tmp_path / "run"))] == list(range(1, step + 2))
+
+
+def eval_terminating_parity(response, problem):
+    """Parity of length; the first held-out question scored while the flag file exists
+    sends SIGTERM to the run's process group: it lands inside an evaluation."""
+    expression = problem.question.removeprefix("What is ").removesuffix("?")
+    if tasks.split_of(expression) == "test":  # how the task splits its questions
+        try:
+            os.remove(os.environ["TEST_SIGTERM_FLAG"])
+        except FileNotFoundError:
+            pass
+        else:
+            os.killpg(os.getpgrp(), signal.SIGTERM)
+    return float(len(response) % 2)
+
+
+def test_sigterm_during_an_evaluation_stops_it_at_the_next_batch(tmp_path):
+    """The evaluation after step 1 (4 batches of one question) is stopped before its second
+    batch, step 1 is checkpointed without a partial evaluation logged, and the message says
+    how to evaluate it; the rerun resumes."""
+    flag = tmp_path / "sigterm"
+    flag.touch()
+    run = [*ARGS, "--config.train.eval_every=1", "--config.eval.batch_prompts=1"]
+    run += ["--config.reward.fn=test_reliability:eval_terminating_parity"]
+    run += ["--workdir", str(tmp_path / "run")]
+    env = dict(_env(), TEST_SIGTERM_FLAG=str(flag))
+    p = subprocess.Popen(  # its own process group: the signal reaches the run alone
+        [sys.executable, "-m", "explore_rl.main", *run, "--config.train.steps=1000"],
+        env=env, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    assert p.wait(timeout=600) != 0
+    err = p.stderr.read()
+    assert not flag.exists(), err[-3000:]  # sent while scoring a held-out question
+    assert (
+        "stopped by SIGTERM after step 1 (its evaluation cut short, not logged: --mode eval "
+        f"--config.eval.checkpoint={tmp_path / 'run'} --config.eval.step=1 runs it), "
+        "checkpoint saved: rerun the same command to resume"
+    ) in err, err[-3000:]
+    rows = read_metrics(str(tmp_path / "run"))
+    assert [r["step"] for r in rows] == [1]
+    assert not [k for k in rows[0] if k.startswith("eval/")]
+    assert checkpoint_lib.Checkpointer(str(tmp_path / "run")).latest_step() == 1
+    again = subprocess.Popen(
+        [sys.executable, "-m", "explore_rl.main", *run, "--config.train.steps=2"],
+        env=env, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert again.wait(timeout=600) == 0, again.stderr.read()[-3000:]
+    rows = read_metrics(str(tmp_path / "run"))
+    assert [r["step"] for r in rows] == [1, 2]
+    assert "eval/average/mean@2" in rows[1]
 
 
 def test_a_full_disk_keeps_the_previous_checkpoint_and_says_so(tmp_path):

@@ -11,6 +11,7 @@ all-MiniLM-L6-v2 embeddings (ExTra's Sec. 5.4 measures).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -24,6 +25,10 @@ from explore_rl.rl import rollout
 from explore_rl.rl.plan import base_plan
 
 
+class Stopped(Exception):
+    """The evaluation was asked to stop (`evaluate`'s `stop`) and has no result."""
+
+
 def evaluate(
     params,
     cfg,
@@ -34,9 +39,12 @@ def evaluate(
     rng: jax.Array,
     plan_fn=None,
     records: list | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> dict[str, float]:
     """Held-out metrics per benchmark and averaged; with `records`, every response is
-    appended to it (benchmark, question, reference, response, extracted answer, correct)."""
+    appended to it (benchmark, question, reference, response, extracted answer, correct).
+    `stop` is asked before each batch: True raises `Stopped` (a preempted run checkpoints
+    within a batch's time, not after the whole evaluation)."""
     e, n = config.eval, config.eval.samples
     settings = config_lib.eval_settings(config, tok)
     results: dict[str, float] = {}
@@ -45,6 +53,8 @@ def evaluate(
         correct, answers, diverse = [], [], []
         batches = range(0, len(problems), e.batch_prompts)
         for start in tqdm(batches, desc=f"eval {name}", leave=False):
+            if stop is not None and stop():
+                raise Stopped(f"evaluation stopped before {name} question {start}")
             chunk = problems[start : start + e.batch_prompts]
             plan = base_plan(len(chunk) * n, e.max_new_tokens, e.temperature, chunk)
             r = rollout.generate(

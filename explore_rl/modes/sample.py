@@ -9,6 +9,7 @@ printed and written to WORKDIR/samples/sample.jsonl.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import time
@@ -18,6 +19,7 @@ import jax.numpy as jnp
 
 from explore_rl import config as config_lib
 from explore_rl import parallel
+from explore_rl.data import tasks
 from explore_rl.sampling import engine, sampler
 
 
@@ -30,16 +32,20 @@ def load_prompts(config) -> list[tuple[str, str | None]]:
             raise ValueError("--mode sample: give sample.prompt_file or task.test_paths")
         problems = next(iter(benchmarks.values()))[: s.num_prompts]
         return [(p.question, p.answer) for p in problems]
-    with open(s.prompt_file) as f:
-        lines = [line.rstrip("\n") for line in f if line.strip()]
     if not s.prompt_file.endswith(".jsonl"):
+        try:
+            with open(s.prompt_file, encoding="utf-8") as f:
+                lines = [line.rstrip("\n") for line in f if line.strip()]
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{s.prompt_file}: not UTF-8 text (byte {e.start})") from None
         return [(line, None) for line in lines[: s.num_prompts]]
     out = []
-    for i, line in enumerate(lines[: s.num_prompts]):
-        row = json.loads(line)
+    for _, where, row in itertools.islice(tasks.read_rows(s.prompt_file), s.num_prompts):
+        if not isinstance(row, dict):
+            raise ValueError(f"{s.prompt_file}: {where}: not a JSON object")
         if s.prompt_field not in row:
             raise ValueError(
-                f"{s.prompt_file}:{i + 1}: no field {s.prompt_field!r} (fields: {sorted(row)})"
+                f"{s.prompt_file}: {where}: no field {s.prompt_field!r} (fields: {sorted(row)})"
             )
         out.append((str(row[s.prompt_field]), None))
     return out
@@ -47,6 +53,7 @@ def load_prompts(config) -> list[tuple[str, str | None]]:
 
 def run_sample(config, workdir: str | None) -> list[dict]:
     config_lib.validate_sample(config)
+    prompts = load_prompts(config)  # a bad prompt file is said before the model is read
     start = time.perf_counter()
     mesh = config_lib.mesh(config)  # rows decoded over every device (and process)
     params, cfg, tok = config_lib.load_policy(config, parallel.placer(mesh))
@@ -56,7 +63,6 @@ def run_sample(config, workdir: str | None) -> list[dict]:
         f"in {time.perf_counter() - start:.1f}s"
     )
     s = config.sample
-    prompts = load_prompts(config)
     fmt = config_lib.prompt_format(config)
     if s.prompt_file:  # the file's prompts as written: the task's instruction is the task's
         fmt = dataclasses.replace(fmt, instruction="")

@@ -124,13 +124,14 @@ class Run:
 
 def start(c, workdir: str, verifier: Verifier, mesh: Mesh | None = None):
     """Load everything a run needs (on `mesh`, else the config's); resume from the newest
-    checkpoint if there is one."""
+    intact checkpoint if there is one."""
     config_lib.validate(c)
     checkpoint_lib.open_workdir(workdir)
-    ckpt = Checkpointer(workdir, c.train.keep_checkpoints)
-    step = ckpt.latest_step() or 0
+    ckpt = Checkpointer(workdir, c.train.keep_checkpoints, main=parallel.is_main_process())
+    step = ckpt.newest_intact()
     if step:  # before anything is loaded: a run of another config is refused now
         check_same_run(c, workdir)
+        check_kept(c, ckpt)
     memory.trim_after_compiles()
     mesh = config_lib.mesh(c) if mesh is None else mesh
     cfg, tok = config_lib.model_spec(c)
@@ -168,15 +169,38 @@ def start(c, workdir: str, verifier: Verifier, mesh: Mesh | None = None):
         )  # fmt: skip
     params = config_lib.load_params(c, cfg, parallel.placer(mesh))
     run.ref_params = jax.tree.map(jnp.copy, params) if c.rl.kl_coef else None
-    ctx = run.context(params, 0)
-    states = {ex.name: (ex.template if step else ex.init)(ctx) for ex in run.explorers}
-    progress = Progress(
-        parallel.create(init_state, mesh, params, run.optimizer), jnp.zeros((), jnp.int32), states
-    )
-    progress = placed(progress, mesh)
-    if step:
-        progress = ckpt.restore(step, progress)
-    return run, progress, ckpt
+    state = parallel.create(init_state, mesh, params, run.optimizer)
+    return run, _resume(run, ckpt, step, state, mesh), ckpt
+
+
+def _resume(run: Run, ckpt: Checkpointer, step: int, state, mesh: Mesh) -> Progress:
+    """The progress restored from `step`, or from the newest intact step before it when
+    `step` cannot be read (set aside, one line each); a fresh one when none is left."""
+    ctx = run.context(state.params, 0)
+    while step:
+        states = {ex.name: ex.template(ctx) for ex in run.explorers}
+        like = placed(Progress(state, jnp.zeros((), jnp.int32), states), mesh)
+        try:
+            return ckpt.restore(step, like)
+        except checkpoint_lib.Damaged as e:
+            ckpt.set_aside(step, str(e))
+            step = ckpt.newest_intact()
+    states = {ex.name: ex.init(ctx) for ex in run.explorers}
+    return placed(Progress(state, jnp.zeros((), jnp.int32), states), mesh)
+
+
+def check_kept(c, ckpt: Checkpointer) -> None:
+    """A resume that keeps fewer checkpoints than the run has would delete the oldest at
+    its next save: refused unless `train.prune_checkpoints`. The run's known-good steps
+    count (a newest step a kill left without its digest is the rotation's, not kept);
+    all of them for a run written before digests."""
+    have = len(checkpoint_lib.digested(ckpt.folder) or checkpoint_lib.steps(ckpt.folder))
+    if have > c.train.keep_checkpoints and not c.train.prune_checkpoints:
+        raise ValueError(
+            f"train.keep_checkpoints={c.train.keep_checkpoints} would delete "
+            f"{have - c.train.keep_checkpoints} of the {have} checkpoints in {ckpt.folder} at "
+            f"the next save: keep {have}, or --config.train.prune_checkpoints=True"
+        )
 
 
 # The settings that make a run what it is (the rest may change when it resumes).

@@ -22,6 +22,7 @@ from tqdm import tqdm
 from explore_rl import checkpoint as checkpoint_lib
 from explore_rl import config as config_lib
 from explore_rl import parallel
+from explore_rl.evaluation.evaluate import Stopped
 from explore_rl.logs import RunLogger
 from explore_rl.rewards.math import Verifier
 from explore_rl.train.build import start
@@ -94,10 +95,7 @@ def _train(c, workdir: str, verifier: Verifier, mesh: Mesh):
     with _StopSignals() as stop:
         for step in bar:
             progress, metrics, ro = train_one_step(run, progress, step)
-            if c.train.eval_every and (step + 1) % c.train.eval_every == 0:
-                metrics.update(
-                    run_evaluation(run, progress.state.params, progress.explorers, step + 1)
-                )
+            cut = not _evaluate_if_due(run, progress, step + 1, metrics, stop)
             if (step + 1) % c.train.log_every == 0 or step + 1 == c.train.steps:
                 logger.log(step + 1, metrics, _samples(ro, run.tok, c.train.samples_to_log))
             due = (step + 1) % c.train.checkpoint_every == 0 or step + 1 == c.train.steps
@@ -125,13 +123,36 @@ def _train(c, workdir: str, verifier: Verifier, mesh: Mesh):
             if stop.received is not None:
                 ckpt.close()
                 logger.close()
+                unlogged = (
+                    f" (its evaluation cut short, not logged: --mode eval "
+                    f"--config.eval.checkpoint={workdir} --config.eval.step={step + 1} runs it)"
+                    if cut else ""
+                )  # fmt: skip
                 raise Preempted(
-                    f"stopped by {signal.Signals(stop.received).name} after step {step + 1}, "
-                    "checkpoint saved: rerun the same command to resume"
+                    f"stopped by {signal.Signals(stop.received).name} after step {step + 1}"
+                    f"{unlogged}, checkpoint saved: rerun the same command to resume"
                 )
     ckpt.close()
     logger.close()
     return progress
+
+
+def _evaluate_if_due(run, progress, step: int, metrics: dict, stop: _StopSignals) -> bool:
+    """The held-out evaluation after `step` when `train.eval_every` asks for it, into
+    `metrics`; False if a stop signal cut it short (no partial result is logged)."""
+    every = run.config.train.eval_every
+    if not every or step % every:
+        return True
+    try:
+        metrics.update(
+            run_evaluation(
+                run, progress.state.params, progress.explorers, step,
+                stop=lambda: stop.received is not None,
+            )
+        )  # fmt: skip
+    except Stopped:
+        return False
+    return True
 
 
 def _samples(ro, tok, n: int) -> list[dict]:

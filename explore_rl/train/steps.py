@@ -229,9 +229,9 @@ def train_one_step(run: Run, progress: Progress, step: int):
     return progress, metrics, ro
 
 
-def run_evaluation(run: Run, params, states: dict, step: int, records=None) -> dict:
+def run_evaluation(run: Run, params, states: dict, step: int, records=None, stop=None) -> dict:
     """Held-out evaluation of `params` after `step` steps; explorers may act at test time
-    (EAD's schedule at step `step`), reading their `states`."""
+    (EAD's schedule at step `step`), reading their `states`. `stop`: see `evaluate`."""
     ctx = run.context(params, step)
     return evaluate(
         params,
@@ -243,4 +243,5 @@ def run_evaluation(run: Run, params, states: dict, step: int, records=None) -> d
         jax.random.fold_in(run.eval_key, step),
         lambda p: exploration.eval_plan(run.explorers, states, p, ctx),
         records,
+        stop,
     )

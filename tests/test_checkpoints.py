@@ -1,0 +1,112 @@
+"""Checkpoint integrity: each step's digest, a damaged newest step set aside for the newest
+intact one, old steps deleted only once a newer one is digested, and a resume that would
+delete checkpoints refused unless asked."""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from test_reliability import PARITY, _snapshot, _without_timing
+
+from configs import grpo
+from explore_rl import checkpoint as checkpoint_lib
+from explore_rl.logs import read_metrics
+from explore_rl.train import loop
+
+
+def _config(steps: int, keep: int = 3):
+    c = grpo.get_config("smoke")
+    c.reward.fn, c.reward.workers = PARITY, 1  # mixed groups: every step really updates
+    c.train.steps, c.train.checkpoint_every, c.train.keep_checkpoints = steps, 1, keep
+    c.train.eval_every = 0
+    return c
+
+
+def test_a_step_is_deleted_only_once_a_newer_one_is_digested(tmp_path):
+    ckpt = checkpoint_lib.Checkpointer(str(tmp_path), keep=1)
+    ckpt.save(1, {"x": jnp.arange(4.0)})
+    ckpt.close()
+    folder = ckpt.folder
+    assert checkpoint_lib.digested(folder) == [1]
+    assert checkpoint_lib.check_digest(folder, 1) is None
+    ckpt = checkpoint_lib.Checkpointer(str(tmp_path), keep=1)
+    ckpt.save(2, {"x": jnp.arange(4.0) + 1})
+    # step 2 may be written already, but is not digested: step 1 stays (Orbax's own
+    # max_to_keep deleted it as soon as step 2 was written)
+    assert 1 in checkpoint_lib.steps(folder)
+    ckpt.close()
+    assert checkpoint_lib.steps(folder) == checkpoint_lib.digested(folder) == [2]
+
+
+@pytest.mark.parametrize("damage", ["bytes", "metadata", "undigested"])
+def test_a_damaged_newest_step_is_set_aside_and_the_run_resumes_before_it(damage, tmp_path, capsys):
+    """64 bytes overwritten in the newest step's largest file (found by its digest), its
+    metadata file deleted (found by its digest), or the metadata file of a newest step
+    whose digest was never written (a kill right after the write): found when Orbax cannot
+    read it. Each time the resume sets the step aside with one line, resumes from the
+    step before, and ends equal to a run never damaged."""
+    loop.train(_config(3), str(tmp_path / "a"))
+    loop.train(_config(2), str(tmp_path / "b"))
+    folder = str(tmp_path / "b" / "checkpoints")
+    step2 = os.path.join(folder, "2")
+    if damage == "bytes":
+        files = [os.path.join(d, n) for d, _, ns in os.walk(step2) for n in ns]
+        largest = max(files, key=os.path.getsize)
+        with open(largest, "r+b") as f:
+            f.seek(os.path.getsize(largest) // 2)
+            f.write(b"\xff" * 64)
+    else:
+        os.remove(os.path.join(step2, "state", "_METADATA"))
+    if damage == "undigested":
+        os.remove(os.path.join(folder, "2.sha256"))
+    kept = _snapshot(os.path.join(folder, "1"))
+    capsys.readouterr()
+    loop.train(_config(3), str(tmp_path / "b"))
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if "is damaged" in line]
+    assert len(said) == 1, err[-2000:]
+    assert said[0].startswith(f"checkpoint 2 in {folder} is damaged (")
+    assert "set aside as 2.damaged; resuming from the newest intact one" in said[0]
+    if damage != "undigested":
+        assert "differs from its digest" in said[0] or "is missing" in said[0]
+    assert os.path.isdir(os.path.join(folder, "2.damaged"))  # kept for inspection
+    assert _snapshot(os.path.join(folder, "1")) == kept  # read, not rewritten
+    a, b = read_metrics(str(tmp_path / "a")), read_metrics(str(tmp_path / "b"))
+    assert [r["step"] for r in b] == [1, 2, 3]
+    # exact: the resume from step 1 runs the same programs on the same restored state
+    assert _without_timing(a) == _without_timing(b)
+    assert checkpoint_lib.check_digest(folder, 3) is None
+
+
+def test_eval_skips_a_damaged_newest_step_and_refuses_one_named(tmp_path, capsys):
+    loop.train(_config(2), str(tmp_path))
+    folder = str(tmp_path / "checkpoints")
+    os.remove(os.path.join(folder, "2", "state", "_METADATA"))
+    assert checkpoint_lib.locate(str(tmp_path)) == (folder, 1)
+    assert "checkpoint 2 is damaged (state/_METADATA is missing), skipped" in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(ValueError, match=r"checkpoint 2 is damaged \(state/_METADATA is missing"):
+        checkpoint_lib.locate(os.path.join(folder, "2"))
+
+
+def test_keeping_fewer_checkpoints_than_the_run_has_is_refused_unless_asked(tmp_path):
+    loop.train(_config(2), str(tmp_path))
+    before = _snapshot(tmp_path)
+    with pytest.raises(
+        ValueError,
+        match=r"^train.keep_checkpoints=1 would delete 1 of the 2 checkpoints in .* at the "
+        r"next save: keep 2, or --config.train.prune_checkpoints=True$",
+    ):
+        loop.train(_config(3, keep=1), str(tmp_path))
+    assert _snapshot(tmp_path) == before
+    c = _config(3, keep=1)
+    c.train.prune_checkpoints = True
+    progress = loop.train(c, str(tmp_path))
+    folder = str(tmp_path / "checkpoints")
+    assert checkpoint_lib.steps(folder) == checkpoint_lib.digested(folder) == [3]
+    saved = checkpoint_lib.restore_subset(folder, 3, {"state": {"params": progress.state.params}})
+    leaves = zip(jax.tree.leaves(saved), jax.tree.leaves(progress.state.params), strict=True)
+    assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in leaves)
