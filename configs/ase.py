@@ -1,4 +1,4 @@
-"""ASE (seed 001): GRPO with routed activation steering from an online vector bank, TIS
+"""ASE: GRPO with routed activation steering from an online vector bank, TIS
 with c_IS = 2.
 
     python -m explore_rl.main --config configs/ase.py:smoke --workdir runs/ase-smoke
@@ -9,8 +9,8 @@ with c_IS = 2.
 
 The argument is `[<ablation>,][<scale>]` (`base.parse_arg`): scale smoke | demo (default)
 | paper; smoke and demo are configs/grpo.py's with ASE on (the same rollout budget, so runs
-compare), paper is seed 001's setting, each value with its source below. Ablations are
-ABLATIONS (the seed's controls, Sec. 4 and App. D).
+compare), paper is the ASE paper's setting, each value with its source below. Ablations are
+ABLATIONS (the paper's controls, Sec. 4 and App. D).
 """
 
 from configs import base, grpo
@@ -31,12 +31,12 @@ def get_config(arg: str | None = None):
     c = grpo.get_config(scale)
     c.exploration.methods = ("ase",)
     c.exploration.ase = e = ASE.defaults()  # K 3, alpha 0.5, block 0, f 0.25, beta 0.5
-    c.rl.tis_cap = 2.0  # seed 001, App. C.2: verl's token-level TIS, c_IS = 2
+    c.rl.tis_cap = 2.0  # ASE paper, App. C.2: verl's token-level TIS, c_IS = 2
     if scale == "smoke":  # a bank after the first step with any mixed group
         e.min_pairs, e.interval, e.capacity, e.kmeans_init = 3, 1, 32, 2
     elif scale == "demo":  # ~4 pairs a step: an update every 3-4 steps
         e.min_pairs, e.interval, e.capacity = 12, 3, 256
-    else:  # seed 001, Sec. 4.1 and App. B-C (its Tables 7-9 are not in the text we cite)
+    else:  # ASE paper, Sec. 4.1 and App. B-C (its Tables 7-9 are not in the text we cite)
         c.model.path = "models/Qwen3-1.7B-Base"  # Sec. 4.1: Qwen3-1.7B-Base (and 8B)
         c.task.train_path = "data/dapo_math_17k.jsonl"  # Sec. 4.1: DAPO-Math-17k
         c.rollout.prompts = 64  # batch 64 prompts

@@ -9,7 +9,7 @@ Method configs (configs/grpo.py, ...) start from this one and change values only
 
 from ml_collections import ConfigDict, config_dict
 
-SCALES = ("smoke", "demo", "paper")  # seconds (tiny random model) | minutes | the seed's run
+SCALES = ("smoke", "demo", "paper")  # seconds (tiny random model) | minutes | the paper's run
 
 
 def parse_arg(arg: str | None, file: str, variants=(), require_variant=False):
@@ -120,7 +120,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.rl.tis_cap = 0.0  # c_IS of the truncated importance weight; 0 off
     c.rl.tis_level = "token"  # token: each token's loss x its own w_t (verl) | row_mean
     # the policy pi_old and pi_theta are scored as, softmax(logits / T): "rollout" = T is
-    # rollout.temperature (verl, the seeds' framework: the tempered policy is trained
+    # rollout.temperature (verl, the papers' framework: the tempered policy is trained
     # on-policy) | a number, e.g. "1.0" (score at T = 1; pair with rl.tis_cap off-policy)
     c.rl.score_temperature = "rollout"
     c.rl.entropy_coef = 0.0  # alpha

@@ -13,7 +13,7 @@ from configs import base, grpo
 
 def _temperature(c):  # EDEN's "Higher Temperature (T=1.2)"
     # rl.score_temperature stays "rollout": pi_old and pi_theta at T = 1.2, on-policy, as
-    # in verl (the seeds' framework). "1.0" + rl.tis_cap = the other reading.
+    # in verl (the papers' framework). "1.0" + rl.tis_cap = the other reading.
     c.rollout.temperature = 1.2
 
 

@@ -1,4 +1,4 @@
-"""EAD (seed 003): GRPO with exploratory annealed decoding and TIS, c_IS = 2.
+"""EAD: GRPO with exploratory annealed decoding and TIS, c_IS = 2.
 
     python -m explore_rl.main --config configs/ead.py:smoke --workdir runs/ead-smoke
     python -m explore_rl.main --config configs/ead.py:demo --workdir runs/ead-demo
@@ -8,7 +8,7 @@
         --config.model.path=/models/Qwen2.5-Math-1.5B --config.task.train_path=numina.jsonl
 
 smoke and demo are configs/grpo.py's with EAD on (same budget, so runs compare);
-paper is the seed's Appendix A (Minimal-RL recipe in the DAPO framework), each value
+paper is the paper's Appendix A (Minimal-RL recipe in the DAPO framework), each value
 with its source below.
 """
 
@@ -21,10 +21,10 @@ def get_config(arg: str | None = None):
     c = grpo.get_config(arg)
     c.exploration.methods = ("ead",)
     c.exploration.ead = EAD.defaults()  # tau_max 1.2, tau_min 0.1, d0 25, c 10, k = 1
-    c.rl.tis_cap = 2.0  # seed 003, App. B: w = min(2, pi_old / mu)
+    c.rl.tis_cap = 2.0  # EAD paper, App. B: w = min(2, pi_old / mu)
     # rl.score_temperature "rollout" = the base temperature 1.0: pi_old and pi_theta at
-    # tau = 1 and TIS against the annealed mu, as seed 003, App. B
-    if arg == "paper":  # seed 003, Sec. 5.1 and App. A (Table 1, the Minimal-RL recipe)
+    # tau = 1 and TIS against the annealed mu, as EAD paper, App. B
+    if arg == "paper":  # EAD paper, Sec. 5.1 and App. A (Table 1, the Minimal-RL recipe)
         c.rollout.prompts = 1024  # Table 1: training batch size 1024
         c.rollout.group_size = 8  # Sec. 5.3: n = 8 ("the commonly used 4 or 8")
         c.rollout.max_prompt_len = 1024  # Table 1: max prompt length 1024
@@ -36,7 +36,7 @@ def get_config(arg: str | None = None):
         c.rl.kl_coef, c.rl.entropy_coef = 0.0, 0.0  # the DAPO framework: no KL, no bonus
         c.optim.lr = 1e-6  # Table 1 (Sec. 5.3: 2e-6 was best for Qwen2.5-Math-1.5B, n = 8)
         base.paper_memory(c)  # memory only: 8 x 80 GB (remat, token budget, slots)
-        c.train.steps = 2000  # not stated in seed 003: the GRPO setting's
+        c.train.steps = 2000  # not stated in EAD paper: the GRPO setting's
         c.eval.samples = 16  # Sec. 5.2: Pass@16 and Worst@16
         c.eval.temperature, c.eval.top_p = 1.0, 1.0  # not stated: verl's sampling defaults
     return c

@@ -1,4 +1,4 @@
-"""ExTra (seed 002): GRPO with a correctness-gated novelty reward (ExTra-N) and
+"""ExTra: GRPO with a correctness-gated novelty reward (ExTra-N) and
 entropy-guided prefix regeneration (ExTra-R); both together are ExTra.
 
     python -m explore_rl.main --config configs/extra.py:smoke --workdir runs/extra-smoke
@@ -32,7 +32,7 @@ def get_config(arg: str | None = None):
         c.rollout.max_new_tokens = 16
     elif scale == "demo":  # 32-token answers: cuts 4 tokens apart, regeneration from step 3
         e.warmup, e.min_gap = 3, 4
-    else:  # seed 002, Sec. 5 and App. B
+    else:  # ExTra paper, Sec. 5 and App. B
         c.model.path = "models/Qwen3-1.7B"  # Sec. 5: Qwen3-1.7B (and Nemotron-1.5B)
         c.task.train_path = "data/math_dapo.jsonl"  # Sec. 5: MATH-DAPO
         c.rollout.prompts = 512  # App. B: batch size 512

@@ -1,6 +1,8 @@
 """Run directories -> tables and figures: training curves with a band over seeds, Pass@k
 against k, each method's own panel, and a markdown summary (mean +- spread over seeds).
 
+    python -m explore_rl.analysis runs/cmp/*                       # the summary table
+    python -m explore_rl.analysis runs/cmp/* --curve reward/mean   # one metric per step
     python -m explore_rl.analysis --out runs/report runs/cmp/*     # PNGs + summary.md
 
     from explore_rl import analysis                                 # in a notebook
@@ -14,8 +16,9 @@ between the runs given and is not the seed (e.g. "grpo rollout.temperature=1.2";
 missing from some runs' config.json, added to the code after they ran, does not count);
 runs with the same label are seeds of one configuration. The spread is the sample standard
 deviation over seeds (0 with one seed); every table says how many seeds it averages, and a
-cell is empty unless every seed has the metric. Training columns average each seed's last
-`window` logged steps; a curve's band at a step uses the seeds that logged that step;
+cell is empty unless every seed has the metric, and shows each seed's value after the
+mean. Training columns average each seed's last `window` logged steps (`first`: its first
+`window`; `all`: every step); a curve's band at a step uses the seeds that logged that step;
 seeds that end at different steps (a run still going, or stopped) are reported with a
 warning.
 """
@@ -39,8 +42,14 @@ import pandas as pd  # noqa: E402
 from explore_rl.logs import flatten, read_metrics  # noqa: E402
 
 CURVES = ("reward/mean", "groups/zero_adv_frac", "rollout/entropy", "rollout/response_len")
-# the last `WINDOW` steps' mean of these, and the last evaluation's held-out metrics
-SUMMARY = ("reward/mean", "groups/zero_adv_frac", "rollout/entropy", "rollout/answer_disagreement")
+# (metric, steps) of the summary, besides the last evaluation's held-out metrics: the mean
+# over each seed's first or last `window` logged steps, or over all of them
+SUMMARY = (
+    ("reward/mean", "first"), ("reward/mean", "last"),
+    ("groups/zero_adv_frac", "first"), ("groups/zero_adv_frac", "last"),
+    ("rollout/entropy", "last"), ("rollout/answer_disagreement", "last"),
+    ("policy/clip_frac_low", "all"), ("policy/clip_frac_high", "all"),
+)  # fmt: skip
 WINDOW = 3
 # method -> the metrics of its panel (prefix matches, e.g. every ASE route's reward)
 PANELS = {
@@ -132,9 +141,24 @@ def _mean_sd(values: list[float]) -> tuple[float, float, int]:
     return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0, len(v)
 
 
+def _column(key: str, steps: str) -> str:
+    """A summary column's name: the metric for the last window, else `metric first|all`."""
+    return key if steps == "last" else f"{key} {steps}"
+
+
+def _training(run: Run, key: str, steps: str, window: int) -> float | None:
+    if key not in run:
+        return None
+    series = run.metrics[key].dropna()
+    return series.head(window).mean() if steps == "first" else (
+        series.tail(window).mean() if steps == "last" else series.mean()
+    )  # fmt: skip
+
+
 def summary(runs: list[Run], window: int = WINDOW) -> pd.DataFrame:
-    """Per configuration: mean and sd over seeds of the last `window` steps' SUMMARY
-    metrics and of the last evaluation's Mean@n / Pass@k (the k the runs have)."""
+    """Per configuration: the mean, sd and per-seed values (`<column> each`, in seed order)
+    of the SUMMARY training metrics and of the last evaluation's Mean@n / Pass@k (the k the
+    runs have)."""
     rows = []
     evals = {k for r in runs for k in r.last_eval() if k.startswith("eval/average/")}
     ks = [int(k.rsplit("@", 1)[1]) for k in evals if "/pass@" in k]
@@ -147,14 +171,13 @@ def summary(runs: list[Run], window: int = WINDOW) -> pd.DataFrame:
         if len(ends) > 1:
             warnings.warn(f"{label}: its seeds end at different steps {ends}", stacklevel=2)
         row = {"config": label, "seeds": len(members)}
-        for key in [*SUMMARY, *evals]:
-            if key in SUMMARY:
-                values = [r.metrics[key].dropna().tail(window).mean() for r in members if key in r]
-            else:
-                values = [r.last_eval().get(key) for r in members]
-            row[key], row[f"{key} sd"], n = _mean_sd(values)
+        cells = {_column(k, s): [_training(r, k, s, window) for r in members] for k, s in SUMMARY}
+        cells.update({k: [r.last_eval().get(k) for r in members] for k in evals})
+        for column, values in cells.items():
+            row[column], row[f"{column} sd"], n = _mean_sd(values)
+            row[f"{column} each"] = tuple(values)
             if n < len(members):
-                row[key] = row[f"{key} sd"] = float("nan")  # not every seed has it
+                row[column] = row[f"{column} sd"] = float("nan")  # not every seed has it
         rows.append(row)
     return pd.DataFrame(rows).set_index("config")
 
@@ -166,18 +189,44 @@ def _k_order(key: str):
 
 
 def summary_markdown(table: pd.DataFrame) -> str:
-    """One row per configuration, `mean +- sd` per metric; empty where a run lacks it."""
-    metrics = [c for c in table.columns if c != "seeds" and not c.endswith(" sd")]
+    """One row per configuration, `mean ± sd (each seed's value)` per metric; empty where a
+    seed lacks it."""
+    metrics = [c for c in table.columns if c != "seeds" and not c.endswith((" sd", " each"))]
     metrics = [m for m in metrics if table[m].notna().any()]
     lines = [
         "| config | seeds | " + " | ".join(metrics) + " |",
         "|---|---|" + "---|" * len(metrics),
     ]
     for label, row in table.iterrows():
-        cells = [
-            "" if np.isnan(row[m]) else f"{row[m]:.3f} ± {row[f'{m} sd']:.3f}" for m in metrics
-        ]
+        cells = []
+        for m in metrics:
+            if np.isnan(row[m]):  # some seed lacks it
+                cells.append("")
+                continue
+            each = "/".join(f"{v:.2f}" for v in row[f"{m} each"])
+            cells.append(
+                f"{row[m]:.3f} ± {row[f'{m} sd']:.3f}" + (f" ({each})" * (row["seeds"] > 1))
+            )
         lines.append(f"| {label} | {int(row['seeds'])} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def curve(runs: list[Run], key: str) -> str:
+    """`key` per logged step, the mean over each configuration's seeds that logged it: one
+    markdown row per configuration."""
+    table = {
+        label: pd.concat([r.metrics[key].dropna() for r in members if key in r], axis=1)
+        for label, members in groups(runs).items()
+        if any(key in r for r in members)
+    }
+    if not table:
+        raise ValueError(f"no run logged {key!r}")
+    steps = sorted({int(s) for t in table.values() for s in t.index})
+    lines = [f"| {key} \\ step | " + " | ".join(map(str, steps)) + " |"]
+    lines.append("|---|" + "---|" * len(steps))
+    for label, t in table.items():
+        means = t.mean(axis=1).reindex(steps)
+        lines.append(f"| {label} | " + " | ".join(f"{m:.2f}" for m in means) + " |")
     return "\n".join(lines)
 
 
@@ -256,7 +305,7 @@ def plot_method(runs: list[Run], method: str):
     return fig
 
 
-def report(paths: list[str], out: str) -> str:
+def report(paths: list[str], out: str, window: int = WINDOW) -> str:
     """Figures (curves.png, pass_at_k.png, <method>.png) and summary.md in `out`; returns
     the summary's markdown."""
     runs = load(paths)
@@ -270,8 +319,9 @@ def report(paths: list[str], out: str) -> str:
     names = sorted(os.path.basename(p.rstrip("/")) for p in paths)
     text = (
         f"Runs: {len(runs)} ({', '.join(names)}).\n"
-        f"Training columns: the mean of the last {WINDOW} steps; eval columns: the last "
-        "evaluation. Each cell: mean ± sample sd over seeds.\n\n" + summary_markdown(summary(runs))
+        f"Training columns: the mean of the last {window} steps (`first`: the first {window}; "
+        "`all`: every step); eval columns: the last evaluation. Each cell: mean ± sample sd "
+        "over seeds (each seed's value).\n\n" + summary_markdown(summary(runs, window))
     )
     with open(os.path.join(out, "summary.md"), "w") as f:
         f.write(text + "\n")
@@ -281,10 +331,17 @@ def report(paths: list[str], out: str) -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("runs", nargs="+", help="run directories")
-    parser.add_argument("--out", required=True, help="folder for the figures and summary.md")
+    parser.add_argument("--out", help="write the figures and summary.md to this folder")
+    parser.add_argument("--curve", help="print this metric per step instead of the summary")
+    parser.add_argument("--window", type=int, default=WINDOW, help="steps averaged at each end")
     args = parser.parse_args(argv)
     try:
-        print(report(args.runs, args.out))
+        if args.curve:
+            print(curve(load(args.runs), args.curve))
+        elif args.out:
+            print(report(args.runs, args.out, args.window))
+        else:
+            print(summary_markdown(summary(load(args.runs), args.window)))
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
 

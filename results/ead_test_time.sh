@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# EAD at test time (seed 003, Fig. 9: Maj@N of an untrained model): the embedded
+# EAD at test time (EAD paper, Fig. 9: Maj@N of an untrained model): the embedded
 # SmolLM2-135M on the 32 held-out demo questions, 16 samples each, fixed temperature 1.0
 # vs 0.6 vs the EAD schedule at step 0 (tau_max 1.2, tau_min 0.1, d0 25, k = 1).
 set -euo pipefail

@@ -2,7 +2,7 @@
 # GRPO vs EAD vs EDEN where most groups carry no signal: the demo setting with operands of
 # 1-2 digits (task.max_digits=2), 20 steps, held-out Pass@1 / Pass@8 (8 samples) after
 # steps 10 and 20, seeds 0 and 1.
-#   bash results/harder.sh && python -m explore_rl.evaluation.report runs/hard/*
+#   bash results/harder.sh && python -m explore_rl.analysis runs/hard/*
 set -euo pipefail
 for seed in 0 1; do
   for run in grpo.py:demo ead.py:demo eden.py:demo; do

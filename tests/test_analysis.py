@@ -85,6 +85,30 @@ def test_summary_means_and_spreads_by_hand(runs):
     assert grpo.endswith("|  |")  # no Pass@4 for these runs
 
 
+def test_first_last_and_each_seed_and_the_curve_by_hand(runs, capsys):
+    table = analysis.summary(analysis.load(runs), window=2)
+    row = table.loc["grpo rollout.temperature=1.0"]
+    first = [np.mean([0.1, 0.2]), np.mean([0.3, 0.2])]  # each seed's first 2 steps
+    assert row["reward/mean first"] == pytest.approx(np.mean(first))
+    assert row["reward/mean first each"] == pytest.approx(tuple(first))
+    assert row["rollout/entropy"] == pytest.approx(np.mean([0.8, 0.7]))  # both seeds alike
+    assert np.isnan(row["policy/clip_frac_low all"])  # no run logged it
+    line = next(
+        x
+        for x in analysis.summary_markdown(table).splitlines()
+        if x.startswith("| grpo rollout.temperature=1.0")
+    )
+    assert "| 0.200 ± 0.071 (0.15/0.25) |" in line
+    analysis.main([*runs, "--curve", "reward/mean"])
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0] == "| reward/mean \\ step | 1 | 2 | 3 | 4 |"
+    assert "| grpo rollout.temperature=1.0 | 0.20 | 0.20 | 0.40 | 0.50 |" in rows
+    analysis.main(runs)  # no --out: the summary alone
+    assert "| config | seeds | reward/mean first | reward/mean |" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="error: no run logged 'tis/max'"):
+        analysis.main([*runs, "--curve", "tis/max"])
+
+
 def test_report_writes_figures_and_a_summary(runs, tmp_path):
     text = analysis.report(runs, str(tmp_path / "out"))
     names = sorted(os.listdir(tmp_path / "out"))

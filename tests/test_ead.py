@@ -56,7 +56,7 @@ def test_table_matches_the_formula(convention, step, t, expected):
 
 def test_the_seed_indexing_is_the_default_and_zero_based_is_named():
     ex, c = _explorer()
-    assert (c.exploration.ead.c, c.exploration.ead.first_token) == (10, 1)  # seed 003, Sec. 3
+    assert (c.exploration.ead.c, c.exploration.ead.first_token) == (10, 1)  # EAD paper, Sec. 3
     tau = np.asarray(_plan(ex, c, 1, 16, 0).temperature)[0]
     assert (tau[:9] == 1.0).all() and tau[9] < 1.0  # 9 tokens at 1.0 with c = 10
     zero, _ = _explorer(first_token=0)

@@ -1,7 +1,6 @@
 """Evaluation metrics against hand-computed values."""
 
 import math
-import os
 
 import numpy as np
 import pytest
@@ -35,34 +34,6 @@ def test_curves_mean_and_majority():
     assert maj_at_k(answers, ok, 1) == pytest.approx(2 / 3)  # first answers; row 3 no vote
     tie = [["7", "5"]]
     assert maj_at_k(tie, np.array([[1, 0]], bool), 2) == 1.0  # tie: the answer seen first
-
-
-def test_report_averages_seeds_of_a_configuration(tmp_path):
-    import json
-
-    from explore_rl.evaluation import report
-
-    def write(name, rewards, pass1):
-        os.makedirs(tmp_path / name)
-        rows = [{"step": i + 1, "reward/mean": r} for i, r in enumerate(rewards)]
-        rows[-1]["eval/average/pass@1"] = pass1
-        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-    write("ead-s0", [0.0, 0.2, 0.4, 0.6], 0.5)
-    write("ead-s1", [0.2, 0.2, 0.6, 0.8], 0.7)
-    write("grpo-s0", [0.1, 0.1, 0.1, 0.1], 0.2)
-    out = report.table([str(tmp_path / n) for n in ("grpo-s0", "ead-s1", "ead-s0")], window=2)
-    lines = out.splitlines()
-    assert lines[0].startswith("| run | seeds | reward first | reward last |")
-    ead = lines[2].split(" | ")
-    assert ead[0] == "| ead" and ead[1] == "2"
-    # mean, sample standard deviation over seeds, each seed: first 2 steps, last 2
-    assert ead[2] == "0.150 ±0.071 (0.10/0.20)" and ead[3] == "0.600 ±0.141 (0.50/0.70)"
-    assert ead[9] == "0.600 ±0.141 (0.50/0.70)"  # Pass@1 of the last evaluation
-    assert "nan" in ead[10] and "nan" in ead[7]  # no Pass@8 or clip fraction logged
-    assert lines[3].startswith("| grpo | 1 | 0.100")
-    per_step = report.curve([str(tmp_path / n) for n in ("ead-s0", "ead-s1")], "reward/mean")
-    assert per_step.splitlines()[2] == "| ead | 0.10 | 0.20 | 0.50 | 0.70 |"
 
 
 def test_diversity_measures_by_hand():

@@ -13,7 +13,7 @@ from explore_rl.sampling import schedules
 def test_ead_hand_picked_points():
     # tau_max 1.2, tau_min 0.1, d0 25, k 1, c 10; position i holds the paper's t = i + 1
     tau = np.asarray(schedules.ead(40, step=0))
-    np.testing.assert_allclose(tau[:9], 1.0)  # t = 1..9 < c: the seed's 9 tokens at 1.0
+    np.testing.assert_allclose(tau[:9], 1.0)  # t = 1..9 < c: the paper's 9 tokens at 1.0
     np.testing.assert_allclose(tau[9], 2.2 - math.exp(10 / 25), rtol=1e-6)  # t = 10: 0.70818
     np.testing.assert_allclose(tau[17], 2.2 - math.exp(18 / 25), rtol=1e-5)  # t = 18: 0.14557
     # exp(t / 25) >= 2.1 from t = 25 ln 2.1 = 18.55: tau_min from t = 19 (position 18) on

@@ -1,6 +1,6 @@
 """Diversity of correct rollouts before any update: standard vs anchor-perturbed (EDEN).
 
-EDEN's analysis (seed 000, "Diversity appears before any update"): for each prompt, sample
+EDEN's analysis (EDEN paper, "Diversity appears before any update"): for each prompt, sample
 G standard rollouts and G rollouts with the prompt's anchor + per-row noise appended, keep
 the correct ones, and compare their spread in an aligned 4-gram space. Our reading of that
 space: each response is its vector of 4-gram counts over the prompt's joint 4-gram

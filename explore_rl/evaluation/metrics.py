@@ -8,9 +8,9 @@ correct: [P, n] booleans (question p, sample i). All metrics average over questi
 - Maj@k: majority vote over the first k samples' answers (ties: the answer seen first);
   correct when the voted answer is.
 - Answer disagreement: the fraction of pairs of one question's samples whose final answers
-  differ (ASE, seed 001: how many distinct solutions a group explores).
+  differ (ASE, ASE paper: how many distinct solutions a group explores).
 
-Diversity of a set of responses (ExTra, seed 002, Sec. 5.4): distinct-n (unique / all
+Diversity of a set of responses (ExTra, ExTra paper, Sec. 5.4): distinct-n (unique / all
 n-grams), Self-BLEU (each response's BLEU-4 against the others, averaged: lower is more
 diverse) and LogDet (log det(I + alpha K), K the cosine kernel of sentence embeddings:
 higher is a larger volume).

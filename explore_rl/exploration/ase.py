@@ -1,8 +1,8 @@
-"""ASE: activation-space exploration with an online steering bank (seed 001).
+"""ASE: activation-space exploration with an online steering bank (ASE paper).
 
 Rollouts of a problem are routed: route 0 is the clean policy, route k in 1..K adds
 alpha * v_k to the output of transformer block `layer` at every forward of the rollout
-(prompt prefill and each decode step; seed 001, Eq. 7). The K + 1 routes are spread as
+(prompt prefill and each decode step; ASE paper, Eq. 7). The K + 1 routes are spread as
 evenly as possible over each group, in contiguous blocks (G = 8, K = 3: two rows each);
 rows of one (problem, route) share one prefill. While the bank is empty every row is clean.
 
@@ -14,29 +14,29 @@ floor(f x length) (`position = "fraction"`, f = 0.25) or its mean over the respo
 (`"mean"`). The pairs (h+, h-) go to a buffer of fixed capacity (the oldest leave first).
 
 When the buffer holds >= `min_pairs` pairs and >= `interval` steps passed since the last
-update, the bank is re-estimated from it (seed 001, Sec. 3.2, Eq. 4-6) and the buffer is
+update, the bank is re-estimated from it (ASE paper, Sec. 3.2, Eq. 4-6) and the buffer is
 cleared: PCA to `d_pca` dimensions fitted on the pooled h+ and h- (scikit-learn), K-means
 (K clusters, seeded) on the PCA-space differences Q h+ - Q h-, each cluster's mean of the
 raw differences h+ - h- in the model's space, a Hungarian matching of the new candidates
 to the previous bank on cosine (scipy), the EMA u_k <- beta u_k + (1 - beta) u_hat (the
 first update takes u_hat as it is), and v_k = u_k / ||u_k||. The update happens after
 step t's rollouts and before its optimizer steps; the plan of step t + 1 is the first to
-use the new bank (the seed's "staged until the actor update finishes").
+use the new bank (the paper's "staged until the actor update finishes").
 
 The update trains the plain policy on every row under the clean prompt: pi_old is
 recomputed (steered rows' mu is not pi_old), and each token is weighted by
 w = min(c_IS, pi_old / mu_steered), c_IS = 2 (`rl.tis_cap`, set by configs/ase.py; the
-seed's Eq. 9). Evaluation samples the plain policy unless `at_eval` (inference-time
+paper's Eq. 9). Evaluation samples the plain policy unless `at_eval` (inference-time
 steering, routed as in training).
 
-Ablations (seed 001, Sec. 4 and App. D): `directions = "random"` (each candidate replaced
+Ablations (ASE paper, Sec. 4 and App. D): `directions = "random"` (each candidate replaced
 by a random Gaussian vector of its norm before the EMA), `"shuffled"` (h+ and h- swapped
 within each pair at random before PCA), `"reversed"` (the candidates negated);
 `routing = "unstructured"` (every row its own fresh random unit vector each step, no clean
 route, no contrasts, no clustering, no EMA); `beta = 0` (no EMA); `match = False` (no
 Hungarian matching).
 
-Choices the seed leaves open, ours: `min_pairs` (B_min), `interval` (Delta), `capacity`,
+Choices the paper leaves open, ours: `min_pairs` (B_min), `interval` (Delta), `capacity`,
 the contiguous route layout, the readout at the response token at floor(f x length) as
 input, and the seeds of pairing, PCA and K-means (from `seed` and the step).
 
@@ -81,17 +81,17 @@ class ASE(Explorer):
     @staticmethod
     def defaults() -> ConfigDict:
         c = ConfigDict()
-        c.k = 3  # K steering routes (+ the clean route); seed 001: K = 3
-        c.alpha = 0.5  # steering strength on unit vectors; seed 001, Table 12: 0.5
-        c.layer = 0  # block whose output is steered and read; seed 001: block 0
+        c.k = 3  # K steering routes (+ the clean route); ASE paper: K = 3
+        c.alpha = 0.5  # steering strength on unit vectors; ASE paper, Table 12: 0.5
+        c.layer = 0  # block whose output is steered and read; ASE paper: block 0
         c.position = "fraction"  # readout: fraction (token floor(f x length)) | mean
-        c.f = 0.25  # readout position as a fraction of the response; seed 001: 0.25
-        c.beta = 0.5  # EMA of the bank; seed 001: 0.5 (0 = no EMA)
-        c.d_pca = 64  # PCA dimensions for clustering; seed 001: 64
+        c.f = 0.25  # readout position as a fraction of the response; ASE paper: 0.25
+        c.beta = 0.5  # EMA of the bank; ASE paper: 0.5 (0 = no EMA)
+        c.d_pca = 64  # PCA dimensions for clustering; ASE paper: 64
         c.min_pairs = 64  # B_min: pairs in the buffer before an update (ours)
         c.interval = 5  # Delta: steps between bank updates, at least (ours)
         c.capacity = 1024  # pairs the buffer holds; the oldest leave first (ours)
-        c.kmeans_init = 16  # K-means restarts (the seed's analysis sweep used 512)
+        c.kmeans_init = 16  # K-means restarts (the paper's analysis sweep used 512)
         c.seed = 0  # pairing, PCA, K-means and the ablations' draws, with the step
         c.directions = "contrast"  # contrast | random | shuffled | reversed (ablations)
         c.routing = "bank"  # bank | unstructured (a fresh random vector per rollout)
@@ -298,7 +298,7 @@ def append(state, pos: np.ndarray, neg: np.ndarray) -> dict:
 
 
 def estimate(pos: np.ndarray, neg: np.ndarray, e, rng: np.random.Generator):
-    """K candidate directions [K, D] from M pairs (seed 001, Eq. 4), and each pair's
+    """K candidate directions [K, D] from M pairs (ASE paper, Eq. 4), and each pair's
     cluster [M]."""
     if e.directions == "shuffled":  # the control: labels swapped within pairs at random
         swap = rng.random(len(pos)) < 0.5
@@ -319,7 +319,7 @@ def estimate(pos: np.ndarray, neg: np.ndarray, e, rng: np.random.Generator):
     )
     if e.directions == "reversed":
         candidates = -candidates
-    elif e.directions == "random":  # norm-matched random directions (seed 001, App. D)
+    elif e.directions == "random":  # norm-matched random directions (ASE paper, App. D)
         noise = rng.standard_normal(candidates.shape)
         candidates = unit(noise) * np.linalg.norm(candidates, axis=-1, keepdims=True)
     return candidates.astype(np.float32), labels

@@ -1,4 +1,4 @@
-"""EAD: exploratory annealed decoding (seed 003).
+"""EAD: exploratory annealed decoding (EAD paper).
 
 Each response is sampled hot at first and cooler later: the t-th token of a rollout at
 global step s is drawn at temperature
@@ -10,7 +10,7 @@ global step s is drawn at temperature
 `sampling.schedules.ead`). Indexing follows the paper: t counts response tokens from 1, so
 with c = 10 the first 9 tokens are at 1.0 and the 10th is the first annealed one
 (`first_token = 0` counts from 0 instead: 10 tokens at 1.0, e^0 at the first); s counts
-training steps from 1, as the seeds' framework (verl) numbers them, so the first rollout
+training steps from 1, as the papers' framework (verl) numbers them, so the first rollout
 uses d_1 = d0 + 5 and an evaluation after N steps the schedule of step N + 1. The paper
 has k = 1; the authors' public code has k = 20, which cools 20x more slowly: `convention`
 names both, `k` overrides. The table multiplies the
@@ -47,7 +47,7 @@ class EAD(Explorer):
     def defaults() -> ConfigDict:
         c = ConfigDict()
         c.tau_max = 1.2  # temperature at t = 0 of the annealed part (1 + tau_max - e^0)
-        c.tau_min = 0.1  # floor: 0.1 for 1B/1.5B models, 0.8 for 7B (seed 003)
+        c.tau_min = 0.1  # floor: 0.1 for 1B/1.5B models, 0.8 for 7B (EAD paper)
         c.d0 = 25.0  # initial decay scale d_0; d_s = min(d0 + 5 s, 40000)
         c.c = 10  # tokens t < c are drawn at temperature 1 (t = 1, ..., c - 1: the paper's)
         c.first_token = 1  # t of the first response token: 1 (the paper) | 0 (zero-based)
@@ -76,7 +76,7 @@ class EAD(Explorer):
                 "config: exploration.ead needs d0 > 0, k >= 0, c >= 0 and first_token 0 or 1"
             )
         if not self.run_config.rl.tis_cap:
-            # a warning, not an error: EAD without TIS is one of the seed's own ablations
+            # a warning, not an error: EAD without TIS is one of the paper's own ablations
             warnings.warn("EAD without TIS (rl.tis_cap=0): the paper uses c_IS = 2", stacklevel=2)
 
     def table(self, length: int, step: int):

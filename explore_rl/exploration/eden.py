@@ -1,4 +1,4 @@
-"""EDEN: an appended noisy anchor embedding for a few rollouts of each group (seed 000).
+"""EDEN: an appended noisy anchor embedding for a few rollouts of each group (EDEN paper).
 
 Per step, each prompt draws one anchor a from a bank of K token embeddings. `noisy` of its
 G rollouts (the last ones of the group; 4 of 16 in the paper) are sampled from the prompt
@@ -263,7 +263,7 @@ def _probe(ctx: StepContext, problems, routes, n: int, rng) -> list[float]:
 
 
 def noise(rng, anchors, rho: float):
-    """eps ~ N(0, I) per row, rescaled to ||eps|| = rho ||anchor|| (seed 000)."""
+    """eps ~ N(0, I) per row, rescaled to ||eps|| = rho ||anchor|| (EDEN paper)."""
     eps = jax.random.normal(rng, anchors.shape, jnp.float32)
     scale = rho * jnp.linalg.norm(anchors, axis=-1, keepdims=True)
     return eps / jnp.linalg.norm(eps, axis=-1, keepdims=True) * scale

@@ -1,11 +1,11 @@
 """ExTra: a correctness-gated novelty reward and entropy-guided prefix regeneration
-(seed 002).
+(ExTra paper).
 
 Novelty (ExTra-N, every step). Each correct response is embedded (all-MiniLM-L6-v2 in
 JAX, `models/minilm.py`; or 4-gram vectors, or the policy's mean-pooled last hidden state)
 and compared with its problem's memory Phi(x): the embeddings of the `memory` most recent
 correct responses to that problem (keyed by `Problem.id`; default G) plus its current
-correct siblings. r_int = 1[correct] (1 - max_{z' in Phi} cos(z, z')) (seed 002, Sec. 4.1);
+correct siblings. r_int = 1[correct] (1 - max_{z' in Phi} cos(z, z')) (ExTra paper, Sec. 4.1);
 a correct response with an empty Phi (the first one ever seen for its problem, alone in
 its group) gets 1 (ours). It enters the advantage after GRPO's normalisation,
 A = A_GRPO + gamma r_int (the paper), or as a reward before it (`novelty_at = "before"`:
@@ -85,19 +85,19 @@ class ExTra(Explorer):
         c = ConfigDict()
         c.novelty = True  # ExTra-N: the correctness-gated novelty reward
         c.regen = True  # ExTra-R: entropy-guided prefix regeneration
-        c.gamma = 1.0  # novelty coefficient; seed 002, App. B: 1.0
+        c.gamma = 1.0  # novelty coefficient; ExTra paper, App. B: 1.0
         c.novelty_at = "after"  # after GRPO's normalisation (the paper) | before (the code)
-        c.memory = 0  # correct responses remembered per problem; 0 = G (seed 002: 6 = G)
+        c.memory = 0  # correct responses remembered per problem; 0 = G (ExTra paper: 6 = G)
         c.features = "minilm"  # novelty features: minilm | ngram | hidden (policy state)
         c.encoder = "embedded"  # all-MiniLM-L6-v2 of the wheel, or a sentence-transformers dir
         c.last_tokens = 0  # embed only a response's last N tokens (the code: 512); 0 = all
-        c.warmup = 30  # T_warm: steps before regeneration starts; seed 002, App. B.5: 30
+        c.warmup = 30  # T_warm: steps before regeneration starts; ExTra paper, App. B.5: 30
         c.hard = "pass_rate"  # pass_rate (<= 1/G, the code) | all_incorrect (the paper)
         c.min_gap = 32  # tokens between kept cut points
         c.max_cuts = 15  # cut points kept per response, evenly spaced
-        c.max_prefixes = 128  # prefixes remembered per problem; seed 002, App. B.5: 128
-        c.tau = 0.1  # smoothing temperature; seed 002, App. B: 0.1 (its scripts: 1.0)
-        c.queue = 4096  # guided prompts waiting; seed 002, App. B.5: 4,096
+        c.max_prefixes = 128  # prefixes remembered per problem; ExTra paper, App. B.5: 128
+        c.tau = 0.1  # smoothing temperature; ExTra paper, App. B: 0.1 (its scripts: 1.0)
+        c.queue = 4096  # guided prompts waiting; ExTra paper, App. B.5: 4,096
         c.guided_frac = 0.5  # most of a batch's groups that guided prompts replace (ours)
         c.clamp_guided = False  # guided rows' advantages floored at 0
         return c
@@ -329,7 +329,7 @@ class ExTra(Explorer):
 
 
 def novelty_reward(z: np.ndarray, correct: np.ndarray, stored: np.ndarray) -> np.ndarray:
-    """r_int of a group's rows (seed 002, Sec. 4.1): 1[correct] (1 - max cos(z, Phi)),
+    """r_int of a group's rows (ExTra paper, Sec. 4.1): 1[correct] (1 - max cos(z, Phi)),
     Phi = the stored embeddings and the other correct rows of the group; 1 when Phi is
     empty. Rows of z are unit vectors."""
     out = np.zeros(len(z), np.float32)
@@ -362,7 +362,7 @@ def select_cuts(cuts: np.ndarray, min_gap: int, max_cuts: int) -> np.ndarray:
 
 
 def smooth_scores(z: np.ndarray, h: np.ndarray, tau: float) -> np.ndarray:
-    """h~ = softmax(Z Z^T / tau) h, row-wise softmax (seed 002, Sec. 4.3)."""
+    """h~ = softmax(Z Z^T / tau) h, row-wise softmax (ExTra paper, Sec. 4.3)."""
     logits = z @ z.T / tau
     w = np.exp(logits - logits.max(axis=1, keepdims=True))
     return (w / w.sum(axis=1, keepdims=True)) @ h

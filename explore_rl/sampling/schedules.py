@@ -28,7 +28,7 @@ def ead(
     c: int = 10,
     first: int = 1,
 ) -> Float[Array, " T"]:
-    """Exploratory annealed decoding (seed 003, Sec. 3 and "Global-Step-Aware Decay Rate").
+    """Exploratory annealed decoding (EAD paper, Sec. 3 and "Global-Step-Aware Decay Rate").
 
     The response token at position i (0-based) is the paper's t-th token, t = i + first
     (first = 1: the paper's "t-th token"). tau_t = 1 for t < c, else
@@ -46,7 +46,7 @@ def cosine_warmup(
     step: int | Array, warmup_steps: int, start: float = 0.2, end: float = 1.0
 ) -> Float[Array, ""]:
     """start -> end along half a cosine over `warmup_steps` global steps, then end
-    (EDEN's noisy-rollout temperature, seed 000)."""
+    (EDEN's noisy-rollout temperature, EDEN paper)."""
     frac = jnp.clip(jnp.asarray(step, jnp.float32) / max(warmup_steps, 1), 0.0, 1.0)
     return end + (start - end) * 0.5 * (1.0 + jnp.cos(jnp.pi * frac))
 
