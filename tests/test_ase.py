@@ -12,6 +12,7 @@ from conftest import assert_float32_close, run_main
 from test_sampler import G, Q, T, logit_scale, tiny  # noqa: F401
 
 from configs import ase as ase_config
+from explore_rl import testing
 from explore_rl.data.tasks import Problem
 from explore_rl.exploration import ase, base
 from explore_rl.logs import read_metrics
@@ -23,8 +24,6 @@ from explore_rl.sampling.sampler import SamplingConfig, sample
 from explore_rl.train import loop
 
 pytestmark = [pytest.mark.usefixtures("highest_precision"), pytest.mark.numerics]
-
-PARITY = "test_rewards:parity_of_length"  # mixed outcomes even from a random model
 
 
 def _explorer(**overrides):
@@ -296,10 +295,7 @@ def test_the_replayed_readout_equals_a_full_forward(tiny, position):  # noqa: F8
 
 
 def _smoke(arg="smoke", steps=3):
-    c = ase_config.get_config(arg)
-    c.reward.fn = PARITY
-    c.train.steps, c.train.eval_every, c.train.checkpoint_every = steps, 0, 2
-    return c
+    return testing.smoke(f"configs/ase.py:{arg}", steps)
 
 
 @pytest.mark.slow
@@ -339,7 +335,7 @@ def test_ase_composes_with_ead_through_the_cli(tmp_path):
         "--config=configs/ase.py:smoke",
         f"--workdir={tmp_path}",
         "--config.exploration.methods=('ase', 'ead')",
-        f"--config.reward.fn={PARITY}",
+        f"--config.reward.fn={testing.PARITY}",
         "--config.train.steps=4",
         "--config.train.eval_every=0",
         "--config.rollout.max_new_tokens=16",  # EAD anneals from the 10th token

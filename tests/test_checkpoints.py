@@ -8,19 +8,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_reliability import PARITY, _snapshot, _without_timing
+from test_reliability import _snapshot, _without_timing
 
-from configs import grpo
 from explore_rl import checkpoint as checkpoint_lib
+from explore_rl import testing
 from explore_rl.logs import read_metrics
 from explore_rl.train import loop
 
 
 def _config(steps: int, keep: int = 3):
-    c = grpo.get_config("smoke")
-    c.reward.fn, c.reward.workers = PARITY, 1  # mixed groups: every step really updates
-    c.train.steps, c.train.checkpoint_every, c.train.keep_checkpoints = steps, 1, keep
-    c.train.eval_every = 0
+    c = testing.smoke(steps=steps, checkpoint_every=1)
+    c.reward.workers, c.train.keep_checkpoints = 1, keep
     return c
 
 

@@ -13,6 +13,7 @@ from test_models import torch_logits
 
 from explore_rl import checkpoint as checkpoint_lib
 from explore_rl import config as config_lib
+from explore_rl import testing
 from explore_rl.models import weights
 from explore_rl.models.transformer import forward, positions_from_mask
 from explore_rl.modes import export
@@ -30,7 +31,7 @@ ARCHITECTURES = {
 def _trained_run(preset, folder):
     c = config_lib.load("configs/grpo.py:smoke")
     c.model.random_init = preset
-    c.reward.fn = "test_rewards:parity_of_length"  # mixed groups: the params really move
+    c.reward.fn = testing.PARITY  # mixed groups: the params really move
     c.train.steps, c.train.eval_every, c.train.checkpoint_every = 2, 0, 1
     progress = loop.train(c, folder)
     c.eval.checkpoint = folder

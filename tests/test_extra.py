@@ -12,6 +12,7 @@ import pytest
 from conftest import assert_float32_close, run_main
 
 from configs import extra as extra_config
+from explore_rl import testing
 from explore_rl.exploration import extra
 from explore_rl.hoststate import HostState
 from explore_rl.logs import read_metrics
@@ -24,7 +25,6 @@ from explore_rl.train import build, loop, steps
 # the MiniLM in another batch, mu against a full forward
 pytestmark = pytest.mark.numerics
 
-PARITY = "test_rewards:parity_of_length"
 SENTENCES = [
     "We add 3 and 4 to get 7, so the answer is \\boxed{7}.",
     "Adding four to three gives seven.",
@@ -246,11 +246,8 @@ def test_guided_rows_use_their_own_answer_and_carry_no_prefix_loss(monkeypatch, 
     assert_float32_close(logp[b][: len(resp)], ref, scale=scale)
 
 
-def _smoke(arg="smoke", steps=3):
-    c = extra_config.get_config(arg)
-    c.reward.fn = PARITY  # mixed groups: correct responses for the novelty memory
-    c.train.steps, c.train.eval_every, c.train.checkpoint_every = steps, 0, 2
-    return c
+def _smoke(arg="smoke", steps=3):  # mixed groups: correct responses for the novelty memory
+    return testing.smoke(f"configs/extra.py:{arg}", steps)
 
 
 @pytest.mark.slow
@@ -312,7 +309,7 @@ def test_extra_composes_with_ead_through_the_cli(tmp_path):
         "--config=configs/extra.py:smoke",
         f"--workdir={tmp_path}",
         "--config.exploration.methods=('extra', 'ead')",
-        f"--config.reward.fn={PARITY}",
+        f"--config.reward.fn={testing.PARITY}",
         "--config.train.steps=2",
         "--config.train.eval_every=0",
     )
@@ -367,7 +364,7 @@ def test_evaluation_reports_the_diversity_measures(tmp_path):
     from configs import grpo
 
     c = grpo.get_config("smoke")
-    c.reward.fn, c.eval.diversity, c.eval.samples = PARITY, True, 4
+    c.reward.fn, c.eval.diversity, c.eval.samples = testing.PARITY, True, 4
     results = eval_mode.run_eval(c, str(tmp_path))
     assert 0 < results["eval/arithmetic/distinct4"] <= 1
     assert 0 <= results["eval/arithmetic/self_bleu"] <= 1

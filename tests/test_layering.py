@@ -23,7 +23,7 @@ LAYERS = (
     ("methods", ("exploration",)),  # one module per exploration method
     ("loop", ("config", "train", "evaluation.evaluate")),  # the run spec, the GRPO loop
     ("modes", ("main", "modes")),  # one module per --mode; main parses and dispatches
-    ("tools", ("bench", "analysis", "evaluation.diversity")),
+    ("tools", ("bench", "analysis", "evaluation.diversity", "testing")),
 )  # fmt: skip
 
 

@@ -15,6 +15,7 @@ from conftest import run_main
 
 from configs import ase
 from explore_rl import config as config_lib
+from explore_rl import testing
 from explore_rl.logs import read_metrics
 from explore_rl.train import build
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 # smoke scale, with a reward that gives mixed groups, so each step really updates
 SMOKE = ["--config=configs/ase.py:smoke", "--config.train.eval_every=0",
-         "--config.reward.fn=test_rewards:parity_of_length"]  # fmt: skip
+         f"--config.reward.fn={testing.PARITY}"]  # fmt: skip
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ENV = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=TESTS)
 
@@ -73,7 +74,7 @@ def launch(workdir, steps: int, processes: int = 2) -> list[str]:
 def final_state(workdir):
     """The newest checkpoint of `workdir` restored in this (one-device) process."""
     c = ase.get_config("smoke")
-    c.train.eval_every, c.reward.fn = 0, "test_rewards:parity_of_length"
+    c.train.eval_every, c.reward.fn = 0, testing.PARITY
     _, progress, ckpt = build.start(c, str(workdir), verifier=None)
     ckpt.close()
     return progress

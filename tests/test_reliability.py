@@ -21,6 +21,7 @@ from conftest import make_hf_checkpoint, run_main
 from configs import grpo
 from explore_rl import checkpoint as checkpoint_lib
 from explore_rl import config as config_lib
+from explore_rl import testing
 from explore_rl.data import tasks
 from explore_rl.logs import read_metrics
 from explore_rl.modes import eval as eval_mode
@@ -29,9 +30,8 @@ from explore_rl.train import build, loop
 pytestmark = pytest.mark.slow
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
-PARITY = "test_rewards:parity_of_length"  # mixed groups: every step really updates
 ARGS = [
-    "--config", "configs/grpo.py:smoke", f"--config.reward.fn={PARITY}",
+    "--config", "configs/grpo.py:smoke", f"--config.reward.fn={testing.PARITY}",
     "--config.train.eval_every=0", "--config.train.checkpoint_every=1",
     "--config.train.keep_checkpoints=2", "--config.reward.workers=1",
 ]  # fmt: skip

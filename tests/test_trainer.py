@@ -11,6 +11,7 @@ from conftest import run_main
 
 from configs import grpo
 from explore_rl import config as config_lib
+from explore_rl import testing
 from explore_rl.logs import RunLogger, read_metrics
 from explore_rl.modes import eval as eval_mode
 from explore_rl.rl.plan import base_plan
@@ -48,7 +49,7 @@ def _resume_config():
     step updates the params, the AdamW moments and the data position: what a resume must
     restore does not depend on the model's size."""
     c = grpo.get_config("smoke")
-    c.reward.fn = "test_rewards:parity_of_length"
+    c.reward.fn = testing.PARITY
     c.train.steps, c.train.checkpoint_every, c.train.eval_every = 4, 2, 0
     return c
 
@@ -204,7 +205,7 @@ def test_eval_of_any_checkpoint_restores_params_only_and_writes_the_responses(tm
     from explore_rl.checkpoint import Checkpointer
 
     c = ase.get_config("smoke")  # trained with ASE: explorer state in the checkpoint
-    c.reward.fn = "test_rewards:parity_of_length"
+    c.reward.fn = testing.PARITY
     c.train.steps, c.train.eval_every, c.train.checkpoint_every = 3, 0, 2
     loop.train(c, str(tmp_path / "run"))
     folder, step = checkpoint.locate(str(tmp_path / "run"), 2)
