@@ -72,10 +72,12 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.task.preset = (
         ""  # a benchmark in data/ (gsm8k, math500, aime24, ...): its fields and files; task = jsonl
     )
-    c.task.question_field = "question"  # jsonl: question field (dotted for nested: a.b)
+    # jsonl: question field (dotted for nested: a.b): a string, or a chat as a list of
+    # {"role", "content"} (verl's `prompt`), used as written (no instruction or system added)
+    c.task.question_field = "question"
     c.task.answer_field = "answer"  # jsonl: reference answer field (e.g. reward_model.ground_truth)
     c.task.answer_from = "field"  # jsonl: field | hash (#### N) | boxed | list
-    c.task.instruction = " Put the final answer in \\boxed{}."  # appended to each question
+    c.task.instruction = " Put the final answer in \\boxed{}."  # appended to a question
     c.task.system_prompt = ""  # chat: a system message before each question; "" = none
     c.task.template_kwargs = ""  # chat: JSON the template reads, e.g. {"enable_thinking": false}
     c.task.raw_prompt = ""  # base models: no chat template; e.g. "Question: {question}\nAnswer:"

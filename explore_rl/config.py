@@ -11,6 +11,7 @@ import difflib
 import importlib.util
 import json
 import os
+import warnings
 
 from ml_collections import ConfigDict
 
@@ -156,6 +157,7 @@ def validate(c: ConfigDict) -> None:
             f"task.preset={c.task.preset!r}: allowed {sorted(tasks.JSONL_PRESETS)}",
         )
     _check_paths(c)
+    _warn_unread_weights(c)
     prompt_format(c)  # a readable template_kwargs and raw_prompt
     engine_config(c)  # slots and decode_chunk in range
     _check(
@@ -197,6 +199,19 @@ def validate_sample(c: ConfigDict) -> None:
         _check(s[key] >= 1, f"sample.{key}={s[key]}: need at least 1")
     _check(s.temperature >= 0, f"sample.temperature={s.temperature}: must be >= 0")
     sampling_config(c, stop_ids=(), section="sample")
+    _warn_unread_weights(c)
+
+
+def _warn_unread_weights(c: ConfigDict) -> None:
+    """A model path whose weights `model.random_init` (the smoke scale's default) leaves
+    unread: said, since the run trains random weights."""
+    if c.model.random_init and c.model.path != weights.EMBEDDED:
+        warnings.warn(  # once a process: `train` validates twice
+            f"model.random_init={c.model.random_init!r}: random weights of that shape; of "
+            f"model.path={c.model.path} only the tokenizer is read "
+            "(--config.model.random_init='' trains its weights)",
+            stacklevel=1,
+        )
 
 
 def _check_paths(c: ConfigDict) -> None:
@@ -378,9 +393,12 @@ def verifier(c: ConfigDict) -> Verifier:
 
 
 def task_name(c: ConfigDict) -> str:
-    """The task that supplies the problems: a preset names benchmark files, so it makes the
-    task 'jsonl' (`--config.task.preset=math500` alone evaluates on MATH500)."""
-    return "jsonl" if c.task.preset else c.task.name
+    """The task that supplies the problems. Named files (a preset, `task.train_path`,
+    `task.test_paths`) make the default task, arithmetic, which reads no file, 'jsonl'
+    (`--config.task.preset=math500` alone evaluates on MATH500); a task of your own that
+    reads them keeps its name."""
+    files = c.task.preset or c.task.train_path or c.task.test_paths
+    return "jsonl" if files and c.task.name == "arithmetic" else c.task.name
 
 
 def load_problems(

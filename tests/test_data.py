@@ -1,7 +1,9 @@
 """The arithmetic task."""
 
+import json
 import os
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -163,7 +165,6 @@ def _datasets_folder(path, rows):
         return
     except ImportError:
         pass
-    import json
 
     import pyarrow as pa
 
@@ -177,7 +178,6 @@ def _datasets_folder(path, rows):
 
 
 def test_every_dataset_format_gives_the_same_problems(tmp_path):
-    import json
 
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -196,7 +196,6 @@ def test_every_dataset_format_gives_the_same_problems(tmp_path):
 
 
 def test_test_sets_are_named_by_their_files(tmp_path):
-    import json
 
     from explore_rl import config as config_lib
 
@@ -231,7 +230,6 @@ def test_a_preset_alone_reads_the_projects_benchmark_files():
 
 def test_a_preset_evaluates_from_any_directory_and_cannot_train_without_data(tmp_path):
     """`--config.task.preset=math500` with no path, run outside the clone."""
-    import json
 
     from conftest import run_main
 
@@ -277,3 +275,70 @@ def test_over_long_prompts_are_found_when_the_data_is_loaded(caplog):
     c.task.template_kwargs, c.task.raw_prompt = '{"enable_thinking": false}', "Q: {q}"
     with pytest.raises(ValueError, match="task.raw_prompt=.*must contain {question}"):
         config_lib.validate(c)
+
+
+def test_named_files_are_read_without_naming_the_jsonl_task(tmp_path):
+    """`--config.task.train_path=... --config.task.test_paths=...` as the README writes
+    them: the files are the task (the default task, arithmetic, reads no file and once
+    trained on generated questions instead, without a word)."""
+    from explore_rl import config as config_lib
+
+    rows = [{"question": f"{i} + 1?", "answer": str(i + 1)} for i in range(5)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "exam.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    c = config_lib.load("configs/grpo.py:smoke")
+    assert c.task.name == "arithmetic"
+    c.task.train_path, c.task.test_paths = (
+        str(tmp_path / "train.jsonl"),
+        str(tmp_path / "exam.jsonl"),
+    )
+    config_lib.validate(c)
+    train, test = config_lib.load_problems(c)
+    assert [p.question for p in train] == [r["question"] for r in rows]
+    assert list(test) == ["exam"] and test["exam"][0].answer == "1"
+    c.task.train_path = str(tmp_path / "missing.jsonl")  # now checked as a file, by its key
+    with pytest.raises(ValueError, match="task.train_path=.*missing.jsonl: no such file"):
+        config_lib.validate(c)
+
+
+def test_weights_a_random_init_leaves_unread_are_said(tmp_path):
+    """The smoke scale's `model.random_init` with a model path: its weights are not read."""
+    from explore_rl import config as config_lib
+
+    c = config_lib.load("configs/grpo.py:smoke")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        config_lib.validate(c)  # the embedded model's tokenizer: nothing to say
+    c.model.path = str(tmp_path)
+    with pytest.warns(UserWarning, match=f"model.path={tmp_path} only the tokenizer is read"):
+        config_lib.validate(c)
+
+
+def test_a_verl_parquet_with_chat_prompts_is_read_as_messages(tmp_path):
+    """verl's RL data: `prompt` a chat list (its own instruction inside), the answer in
+    `reward_model.ground_truth`. The prompt is those messages through the chat template
+    (was: the string of the list, and every reward 0)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from explore_rl import config as config_lib
+    from explore_rl.rl import rollout
+
+    chat = [
+        {"role": "system", "content": "You are a careful solver."},
+        {"role": "user", "content": "What is 3 + 4? Output the answer within \\boxed{}."},
+    ]
+    rows = [{"data_source": "toy", "prompt": chat, "reward_model": {"ground_truth": "7"}}]
+    pq.write_table(pa.Table.from_pylist(rows * 3), str(tmp_path / "train.parquet"))
+    c = config_lib.load("configs/grpo.py:smoke")
+    c.task.train_path = str(tmp_path / "train.parquet")
+    c.task.question_field, c.task.answer_field = "prompt", "reward_model.ground_truth"
+    train, _ = config_lib.load_problems(c)
+    p = train[0]
+    assert p.question == chat[1]["content"] and p.answer == "7"
+    assert p.messages == tuple((m["role"], m["content"]) for m in chat)
+    _, tok = config_lib.model_spec(c)
+    tokens, mask = rollout.encode(tok, [p], config_lib.prompt_format(c), 512)
+    text = tok.decode([t for t, m in zip(tokens[0].tolist(), mask[0].tolist()) if m], False)
+    assert text == tok.apply_chat_template(chat)  # as written: no instruction, no 2nd system
+    assert "careful solver" in text and "Put the final answer" not in text

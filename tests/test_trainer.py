@@ -10,8 +10,8 @@ import pytest
 from conftest import run_main
 
 from configs import grpo
+from explore_rl import checkpoint, testing
 from explore_rl import config as config_lib
-from explore_rl import testing
 from explore_rl.logs import RunLogger, read_metrics
 from explore_rl.modes import eval as eval_mode
 from explore_rl.rl.plan import base_plan
@@ -27,7 +27,8 @@ def test_smoke_cli_writes_the_run_directory_and_reruns(tmp_path):
     names = set(os.listdir(tmp_path))
     assert {"config.json", "metrics.jsonl", "checkpoints", "samples"} <= names
     assert any(n.startswith("events.out.tfevents") for n in names)
-    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["2", "3"]
+    folder = str(tmp_path / "checkpoints")  # the last 2 (keep_checkpoints), each digested
+    assert checkpoint.steps(folder) == checkpoint.digested(folder) == [2, 3]
     rows = read_metrics(str(tmp_path))
     assert [r["step"] for r in rows] == [1, 2, 3]
     for key in (
@@ -40,8 +41,15 @@ def test_smoke_cli_writes_the_run_directory_and_reruns(tmp_path):
         "eval/arithmetic/pass@1",
     ):
         assert key in rows[-1], key
+    said = out.stderr.splitlines()  # what the run uses, said at start; a summary at the end
+    assert "model: random tiny-llama weights (llama, 2M params), the tokenizer of embedded" in said
+    assert "task: arithmetic: 2000 training problems; held out: arithmetic (4)" in said
+    assert "methods: none (GRPO)" in said
+    assert f"run: {tmp_path} (new); tensorboard --logdir {tmp_path}" in said
+    assert any(s.startswith(f"done: 3 steps in {tmp_path}; step 3: reward/mean ") for s in said)
     again = run_main(*args)
     assert again.returncode == 0 and len(read_metrics(str(tmp_path))) == 3  # resumed at the end
+    assert f"{tmp_path}: finished at step 3 (train.steps=3): nothing to train" in again.stderr
 
 
 def _resume_config():
@@ -58,9 +66,9 @@ def test_resume_continues_exactly(tmp_path):
     straight = loop.train(_resume_config(), str(tmp_path / "a"))
     # The same run killed after logging step 4 but before its checkpoint: the newest
     # complete checkpoint is step 2's, and the lines of steps 3 and 4 must not repeat.
-    skip_step_4 = lambda folder, names: ["4"] if folder.endswith("checkpoints") else []  # noqa: E731
+    skip_step_4 = lambda folder, names: ["4", "4.sha256"] if folder.endswith("checkpoints") else []  # noqa: E501, E731
     shutil.copytree(tmp_path / "a", tmp_path / "b", ignore=skip_step_4)
-    assert sorted(os.listdir(tmp_path / "b" / "checkpoints")) == ["2"]
+    assert checkpoint.steps(str(tmp_path / "b" / "checkpoints")) == [2]
     resumed = loop.train(_resume_config(), str(tmp_path / "b"))
     a, b = read_metrics(str(tmp_path / "a")), read_metrics(str(tmp_path / "b"))
     assert [r["step"] for r in b] == [1, 2, 3, 4]
@@ -201,7 +209,6 @@ def test_kl_to_the_frozen_reference_through_the_trainer(tmp_path):
 
 def test_eval_of_any_checkpoint_restores_params_only_and_writes_the_responses(tmp_path):
     from configs import ase
-    from explore_rl import checkpoint
     from explore_rl.checkpoint import Checkpointer
 
     c = ase.get_config("smoke")  # trained with ASE: explorer state in the checkpoint

@@ -96,7 +96,13 @@ class Problems(Sequence):
         found = {}
         for part in self._gather(json.dumps(mine).encode()):
             found.update({int(r): p for r, p in json.loads(part).items()})
-        return [Problem(**{**found[r], "prefix": tuple(found[r]["prefix"])}) for r in rows]
+        return [_problem(found[r]) for r in rows]
+
+
+def _problem(fields: dict) -> Problem:
+    """A problem from its JSON form (tuples came back as lists)."""
+    messages = tuple(tuple(m) for m in fields["messages"])
+    return Problem(**{**fields, "prefix": tuple(fields["prefix"]), "messages": messages})
 
 
 def take(problems: Sequence[Problem], indices) -> list[Problem]:

@@ -74,6 +74,10 @@ class Problem:
     prefix: tuple[int, ...] = ()
     # the row of the dataset it came from: the order a run's shards are joined in
     row: int = dataclasses.field(default=0, compare=False)
+    # a chat from the data, (role, content) pairs (verl's `prompt`, TRL's conversational
+    # datasets): the prompt as written, its own instruction and system message included;
+    # `question` is then its last user message (for logs and rewards)
+    messages: tuple[tuple[str, str], ...] = ()
 
     @property
     def id(self) -> str:
@@ -343,10 +347,10 @@ def read_problems(
             if value is _MISSING:
                 fields = sorted(row) if isinstance(row, dict) else type(row).__name__
                 raise ValueError(f"{path}: {where}: no field {name!r} (fields: {fields})")
-        question = str(values[0]).strip()
+        question, messages = _question(values[0])
         answer = _reference(values[1], spec.answer_from)
         if question and answer:
-            problems.append(Problem(question, answer, row=i))
+            problems.append(Problem(question, answer, row=i, messages=messages))
         else:
             empty.append(where)
     if empty and strict:
@@ -364,6 +368,21 @@ def read_problems(
     if not problems and shard.count == 1:  # a shard's may be empty: the run checks the sum
         raise ValueError(f"{path}: no usable rows ({len(empty)} skipped: {empty[:3]})")
     return problems
+
+
+def _question(value) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """(question text, chat messages) of a question field: a string, or a chat given as a
+    list of {"role", "content"} (its question: the last user message's content)."""
+    chat = (
+        isinstance(value, list)
+        and value
+        and all(isinstance(m, dict) and {"role", "content"} <= m.keys() for m in value)
+    )
+    if not chat:
+        return str(value).strip(), ()
+    messages = tuple((str(m["role"]), str(m["content"])) for m in value)
+    users = [content for role, content in messages if role == "user"]
+    return (users[-1] if users else messages[-1][1]).strip(), messages
 
 
 def load(name: str, section, seed: int, shard: Shard = WHOLE):

@@ -76,7 +76,13 @@ class PromptFormat:
     raw: str = ""  # "" = the chat template; else this text, {question} (and {bos}) filled
     template_kwargs: tuple = ()  # chat: (name, value) pairs the template reads
 
-    def text(self, tok: Tokenizer, question: str) -> str:
+    def text(self, tok: Tokenizer, question: str, messages: tuple = ()) -> str:
+        """The prompt of `question`, or of `messages` ((role, content) pairs: a chat from
+        the data, which carries its own instruction and system message, so neither
+        `instruction` nor `system` is added; a raw prompt takes its question)."""
+        if messages and not self.raw:
+            chat = [{"role": role, "content": content} for role, content in messages]
+            return tok.apply_chat_template(chat, **dict(self.template_kwargs))
         content = question + self.instruction
         if self.raw:
             # not str.format: a raw prompt may hold LaTeX braces (\\boxed{}, \\frac{a}{b})

@@ -61,7 +61,7 @@ class RolloutSettings:
 def encode(tok: Tokenizer, problems: list[Problem], fmt: PromptFormat, max_len: int):
     """Left-padded prompt rows: the prompt format's text (the chat template up to the
     assistant turn), then any response prefix of the problem."""
-    rows = [tok.encode(fmt.text(tok, p.question)) + list(p.prefix) for p in problems]
+    rows = [tok.encode(fmt.text(tok, p.question, p.messages)) + list(p.prefix) for p in problems]
     longest = max(map(len, rows))
     if longest > max_len:
         raise ValueError(
@@ -85,7 +85,7 @@ def fit_prompts(
     that counts them, "error" names the first (as verl's filter_overlong_prompts). Also the
     longest kept prompt, in tokens (what sizes a run's caches). Not `whole` (one process's
     shard of a file): none fitting is not an error here, the run checks the whole."""
-    lengths = [len(tok.encode(fmt.text(tok, p.question))) for p in problems]
+    lengths = [len(tok.encode(fmt.text(tok, p.question, p.messages))) for p in problems]
     long = [i for i, n in enumerate(lengths) if n + len(problems[i].prefix) > max_len]
     if long and policy == "error":
         i = long[0]

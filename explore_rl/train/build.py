@@ -161,6 +161,7 @@ def start(c, workdir: str, verifier: Verifier, mesh: Mesh | None = None):
         if main:
             print(f"rollout.slots=auto: {slots or 'every row at once'}", file=sys.stderr)
     if main:
+        print(what_runs(run, workdir, step), file=sys.stderr)
         print(run.memory_estimate.summary(), file=sys.stderr)
     if c.train.check_memory:  # before the weights are read
         sizing.check(
@@ -187,6 +188,27 @@ def _resume(run: Run, ckpt: Checkpointer, step: int, state, mesh: Mesh) -> Progr
             step = ckpt.newest_intact()
     states = {ex.name: ex.init(ctx) for ex in run.explorers}
     return placed(Progress(state, jnp.zeros((), jnp.int32), states), mesh)
+
+
+def what_runs(run: Run, workdir: str, step: int) -> str:
+    """What the run will use, said at start: the model (a path, or a random shape), the
+    task's data and held-out sets with their sizes, the methods, the run directory."""
+    c, cfg = run.config, run.cfg
+    size = f"{cfg.family}, {cfg.num_params() / 1e6:.0f}M params"
+    model = (
+        f"random {c.model.random_init} weights ({size}), the tokenizer of {c.model.path}"
+        if c.model.random_init
+        else f"{c.model.path} ({size})"
+    )
+    source = c.task.train_path or c.task.preset or config_lib.task_name(c)
+    held_out = ", ".join(f"{n} ({len(p)})" for n, p in run.test_sets.items()) or "none"
+    resume = f"resuming after step {step}" if step else "new"
+    return "\n".join([
+        f"model: {model}",
+        f"task: {source}: {len(run.train_set)} training problems; held out: {held_out}",
+        f"methods: {', '.join(c.exploration.methods) or 'none (GRPO)'}",
+        f"run: {workdir} ({resume}); tensorboard --logdir {workdir}",
+    ])  # fmt: skip
 
 
 def check_kept(c, ckpt: Checkpointer) -> None:

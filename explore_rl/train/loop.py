@@ -92,6 +92,7 @@ def _train(c, workdir: str, verifier: Verifier, mesh: Mesh):
     )
     updates_per_step = c.rl.minibatches * c.rl.ppo_epochs
     skipped_in_a_row, skipped = 0, int(progress.state.skipped)
+    metrics = None  # the last step's, for the summary
     with _StopSignals() as stop:
         for step in bar:
             progress, metrics, ro = train_one_step(run, progress, step)
@@ -134,7 +135,23 @@ def _train(c, workdir: str, verifier: Verifier, mesh: Mesh):
                 )
     ckpt.close()
     logger.close()
+    if main:
+        print(_summary(workdir, start_step, c.train.steps, metrics), file=sys.stderr)
     return progress
+
+
+def _summary(workdir: str, start_step: int, steps: int, metrics: dict | None) -> str:
+    """The run's last line: its last step's reward and held-out results, or that a rerun
+    of a finished run had nothing to train."""
+    if metrics is None:
+        return (
+            f"{workdir}: finished at step {start_step} (train.steps={steps}): nothing to "
+            "train (raise --config.train.steps to continue it)"
+        )
+    held_out = {k: v for k, v in metrics.items() if k.startswith("eval/average/pass@1")}
+    said = ", ".join(f"{k} {v:.3f}" for k, v in {"reward/mean": metrics["reward/mean"],
+                     **held_out}.items())  # fmt: skip
+    return f"done: {steps} steps in {workdir}; step {steps}: {said}"
 
 
 def _evaluate_if_due(run, progress, step: int, metrics: dict, stop: _StopSignals) -> bool:
