@@ -106,7 +106,7 @@ def resolved(c: ConfigDict) -> ConfigDict:
     included): what `config.json` records."""
     out = ConfigDict(c.to_dict())
     for name in c.exploration.methods:
-        out.exploration[name] = exploration.section(c, name)
+        out.exploration[exploration.get(name).name] = exploration.section(c, name)
     return out
 
 

@@ -191,3 +191,22 @@ def test_a_reward_hook_acts_before_the_advantage_estimator(tmp_path):
         for x, y in zip(jax.tree.leaves(plain.state.params), jax.tree.leaves(bonus.state.params))
     ]
     assert any(moved)
+
+
+def test_a_method_defined_outside_the_package_is_named_module_colon_class():
+    """`exploration.methods=("test_exploration:Toy",)`: a module of the user's own, its
+    class registered there under its own name, which names its config section."""
+    c = _config(("test_exploration:Toy",))
+    c.exploration.test_toy = Toy.defaults()
+    c.exploration.test_toy.tau = 0.25
+    config_lib.validate(c)
+    (toy,) = base.build(c)
+    assert isinstance(toy, Toy) and toy.config.tau == 0.25
+    assert config_lib.resolved(c).exploration.test_toy.tau == 0.25
+    for name, words in [
+        ("no_such_module_xyz:Toy", "cannot import no_such_module_xyz"),
+        ("test_exploration:Missing", "test_exploration has no 'Missing'"),
+        ("test_exploration:_config", "not an Explorer subclass decorated with @register"),
+    ]:
+        with pytest.raises(ValueError, match=f"^config: exploration.methods.*{words}"):
+            config_lib.validate(_config((name,)))

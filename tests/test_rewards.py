@@ -151,9 +151,9 @@ def test_reward_registry_and_config_errors(tmp_path, monkeypatch):
     c.reward.fn = "test_rewards:parity_of_length"
     assert registry.build(c.reward) is parity_of_length
     for bad, message in [
-        ("test_rewards", "give 'module.path:function'"),
+        ("test_rewards", "give 'module.path:name'"),
         ("no_such_module_xyz:f", "cannot import no_such_module_xyz"),
-        ("test_rewards:nothing", "test_rewards has no function 'nothing'"),
+        ("test_rewards:nothing", "test_rewards has no 'nothing'"),
         ("broken_syntax:f", f"{tmp_path / 'broken_syntax.py'}:2: "),  # file and line, one line
         ("raises_at_import:f", r"raised KeyError: 'REWARD_TABLE' \(.*raises_at_import.py:3\)"),
     ]:

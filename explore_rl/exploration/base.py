@@ -128,14 +128,24 @@ def register(name: str):
 
 
 def get(name: str) -> type[Explorer]:
-    return REGISTRY.get(name)
+    """The method `name` of `exploration.methods`: a registered name, or `module:Class`
+    for one defined outside the package (registered there under its own name)."""
+    cls = REGISTRY.get(name)
+    if not (isinstance(cls, type) and issubclass(cls, Explorer) and cls.name):
+        raise ValueError(
+            f"config: exploration.methods {name!r} is not an Explorer subclass decorated "
+            "with @register('<name>')"
+        )
+    return cls
 
 
 def section(c: ConfigDict, name: str) -> ConfigDict:
-    """Method `name`'s config: its defaults, updated with what the run config sets."""
-    out = get(name).defaults()
-    if name in c.exploration:
-        out.update(c.exploration[name])
+    """Method `name`'s config: its defaults, updated with what the run config sets under
+    its registered name (`exploration.<name>`)."""
+    cls = get(name)
+    out = cls.defaults()
+    if cls.name in c.exploration:
+        out.update(c.exploration[cls.name])
     return out
 
 

@@ -17,12 +17,9 @@ float. It replaces `reward.name`.
 from __future__ import annotations
 
 import functools
-import importlib
-import importlib.util
-import traceback
 from collections.abc import Callable
 
-from explore_rl.registry import Registry
+from explore_rl.registry import Registry, load
 from explore_rl.rewards import math as math_rewards
 
 Reward = Callable[[str, object], float]
@@ -43,26 +40,9 @@ def _math(section) -> Reward:
 
 def load_function(spec: str) -> Reward:
     """The function `module.path:name`; a config error naming what is missing."""
-    module_name, _, name = spec.partition(":")
-    if not module_name or not name:
-        raise ValueError(f"config: reward.fn={spec!r}: give 'module.path:function'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(f"config: reward.fn={spec!r}: cannot import {module_name} ({e})") from None
-    except SyntaxError as e:
-        raise ValueError(f"config: reward.fn={spec!r}: {e.filename}:{e.lineno}: {e.msg}") from None
-    except Exception as e:  # the module's own code failed as it was imported: where it did
-        origin = importlib.util.find_spec(module_name).origin
-        frames = traceback.extract_tb(e.__traceback__)
-        frame = next((f for f in reversed(frames) if f.filename == origin), frames[-1])
-        raise ValueError(
-            f"config: reward.fn={spec!r}: importing {module_name} raised "
-            f"{type(e).__name__}: {e} ({frame.filename}:{frame.lineno})"
-        ) from None
-    fn = getattr(module, name, None)
+    fn = load(spec, "reward.fn")
     if not callable(fn):
-        raise ValueError(f"config: reward.fn={spec!r}: {module_name} has no function {name!r}")
+        raise ValueError(f"config: reward.fn={spec!r}: not a function")
     return fn
 
 
