@@ -111,7 +111,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.rollout.decode_chunk = 16  # decode steps between refills of finished slots
 
     c.rl = ConfigDict()
-    c.rl.advantage = "grpo"  # grpo | dr_grpo | batch
+    c.rl.advantage = "grpo"  # grpo | dr_grpo | batch | rloo, or module:function of your own
     c.rl.policy = "ppo_clip"  # ppo_clip | gspo
     c.rl.aggregation = "token_mean"  # token_mean | seq_mean_token_mean | seq_mean_token_sum_norm
     c.rl.eps_low = 0.2  # ratio clip below 1
@@ -179,7 +179,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
         ""  # --mode eval / export: a run dir, its checkpoints/ or a step dir; "" = model.path
     )
     c.eval.step = 0  # --mode eval: the checkpoint step of a run directory; 0 = the newest
-    c.eval.num_prompts = 0  # questions per benchmark; 0 = all
+    c.eval.num_prompts = 0  # the first N questions of each benchmark; 0 = all (smoke, demo cap it)
     c.eval.samples = 8  # n samples per question (Pass@k for k <= n)
     c.eval.temperature = 0.6  # evaluation sampling temperature
     c.eval.top_p = 0.95  # evaluation nucleus

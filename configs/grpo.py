@@ -23,6 +23,7 @@ def get_config(arg: str | None = None):
         c.optim.lr = 1e-3
         c.train.steps, c.train.checkpoint_every, c.train.eval_every = 3, 2, 3
         c.task.test_size, c.eval.samples, c.eval.max_new_tokens = 4, 2, 8
+        c.eval.num_prompts = 8  # a preset's test set (GSM8K: 1,319) capped: seconds, not hours
         c.reward.workers = 1
     elif arg == "demo":  # the embedded SmolLM2-135M on 1-digit additions: a few minutes
         c.rollout.prompts, c.rollout.group_size, c.rollout.max_new_tokens = 4, 8, 32
@@ -30,6 +31,7 @@ def get_config(arg: str | None = None):
         c.optim.lr = 1e-5
         c.train.steps, c.train.checkpoint_every, c.train.eval_every = 12, 6, 6
         c.task.test_size, c.eval.samples, c.eval.max_new_tokens = 32, 4, 32
+        c.eval.num_prompts = 64  # a preset's test set capped (GSM8K has 1,319 questions)
     elif arg == "paper":  # EDEN's GRPO baseline (EDEN paper) on Qwen2.5-Math-1.5B
         # Each value's source; "ours" where EDEN paper does not state it.
         c.model.path = "models/Qwen2.5-Math-1.5B"  # EDEN paper: the math model of its tables

@@ -230,7 +230,6 @@ def test_a_preset_alone_reads_the_projects_benchmark_files():
 
 def test_a_preset_evaluates_from_any_directory_and_cannot_train_without_data(tmp_path):
     """`--config.task.preset=math500` with no path, run outside the clone."""
-
     from conftest import run_main
 
     args = ["--config", "configs/grpo.py:smoke", "--config.task.preset=math500"]
@@ -238,7 +237,14 @@ def test_a_preset_evaluates_from_any_directory_and_cannot_train_without_data(tmp
         "--mode", "eval", *args, "--config.eval.num_prompts=3", "--workdir", "ev", cwd=tmp_path
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "eval/math500/pass@1" in json.loads((tmp_path / "ev" / "eval.json").read_text())
+    record = json.loads((tmp_path / "ev" / "eval.json").read_text())
+    assert "eval/math500/pass@1" in record
+    # what was evaluated, beside the results
+    sizes = record["benchmarks"]["math500"]  # of the prompts that fit the smoke's length
+    assert sizes["questions"] == 3 and 400 < sizes["of"] <= 500
+    assert record["task"]["preset"] == "math500" and record["checkpoint"] is None
+    assert record["sampling"] == {"samples": 2, "temperature": 0.6, "top_p": 0.95,
+                                  "max_new_tokens": 8}  # fmt: skip
     lines = (tmp_path / "ev" / "eval_responses.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines]
     assert len({r["question"] for r in rows}) == 3 and {r["benchmark"] for r in rows} == {"math500"}

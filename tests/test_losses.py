@@ -33,6 +33,14 @@ def test_grpo_dr_grpo_and_batch_advantages():
     np.testing.assert_array_equal(adv.zero_advantage_groups(REWARDS), [False, True, False])
 
 
+def test_rloo_is_each_reward_against_the_mean_of_the_others():
+    a = adv.ADVANTAGES["rloo"](REWARDS)
+    # group 0: r_0 = 1 against (0 + 0 + 1) / 3; r_1 = 0 against (1 + 0 + 1) / 3
+    np.testing.assert_allclose(a[0], [2 / 3, -2 / 3, -2 / 3, 2 / 3], rtol=1e-6)
+    np.testing.assert_array_equal(a[1], [0, 0, 0, 0])
+    np.testing.assert_allclose(a[2], [-1 / 3, -1 / 3, -1 / 3, 1.0], rtol=1e-6)
+
+
 def inputs(ratios, advantages, mask, **kw):
     old = jnp.zeros_like(jnp.asarray(ratios, jnp.float32))
     return LossInputs(

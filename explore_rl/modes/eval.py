@@ -32,7 +32,7 @@ def run_eval(c, workdir: str | None) -> dict:
     params, cfg, tok = config_lib.load_policy(c, parallel.placer(mesh))
     run = Run.create(c, cfg, tok, verifier=None, mesh=mesh)
     states = {ex.name: ex.template(run.context(params, 0)) for ex in run.explorers}
-    step = 0
+    step, folder = 0, None
     if c.eval.checkpoint:
         folder, step = checkpoint_lib.locate(c.eval.checkpoint, c.eval.step)
         arrays = {n: _arrays(s) for n, s in states.items() if jax.tree.leaves(_arrays(s))}
@@ -47,10 +47,30 @@ def run_eval(c, workdir: str | None) -> dict:
         results = run_evaluation(run, params, states, step, records)
     if workdir and parallel.is_main_process():
         with open(os.path.join(workdir, "eval.json"), "w") as f:
-            json.dump({"step": step, **results}, f, indent=2)
+            json.dump({**_evaluated(run, folder, step), **results}, f, indent=2)
         with open(os.path.join(workdir, "eval_responses.jsonl"), "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
     return results
+
+
+def _evaluated(run: Run, folder: str | None, step: int) -> dict:
+    """What an evaluation evaluated, beside its results: the checkpoint (or the model), the
+    benchmarks and how many of each one's questions, and how it sampled."""
+    c, e = run.config, run.config.eval
+    return {
+        "step": step,
+        "checkpoint": os.path.join(folder, str(step)) if folder else None,
+        "model": c.model.random_init or c.model.path,
+        "task": {"name": config_lib.task_name(c), "preset": c.task.preset,
+                 "test_paths": c.task.test_paths},
+        "benchmarks": {
+            name: {"questions": min(e.num_prompts or len(p), len(p)), "of": len(p)}
+            for name, p in run.test_sets.items()
+        },
+        "sampling": {"samples": e.samples, "temperature": e.temperature, "top_p": e.top_p,
+                     "max_new_tokens": e.max_new_tokens},
+        "methods": list(c.exploration.methods),
+    }  # fmt: skip
 
 
 def _arrays(state):

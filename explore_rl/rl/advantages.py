@@ -50,6 +50,16 @@ def batch_normalised(rewards: Float[Array, "P G"]) -> Float[Array, "P G"]:
     return centred / (_std(rewards) + EPS)
 
 
+@register("rloo")
+def rloo(rewards: Float[Array, "P G"]) -> Float[Array, "P G"]:
+    """A_i = r_i - mean_{j != i} r_j = G / (G - 1) (r_i - mean(r)): each rollout against
+    the mean of the group's others, an unbiased baseline (Ahmadian et al. 2024, "Back to
+    Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback in
+    LLMs", Sec. 3.2, RLOO; as verl's `rloo` and TRL's RLOOTrainer)."""
+    g = rewards.shape[1]
+    return (rewards - jnp.mean(rewards, axis=1, keepdims=True)) * (g / (g - 1))
+
+
 def zero_advantage_groups(rewards: Float[Array, "P G"]) -> Array:
     """Which groups teach nothing: every rollout got the same reward."""
     return jnp.all(rewards == rewards[:, :1], axis=1)

@@ -201,7 +201,11 @@ def what_runs(run: Run, workdir: str, step: int) -> str:
         else f"{c.model.path} ({size})"
     )
     source = c.task.train_path or c.task.preset or config_lib.task_name(c)
-    held_out = ", ".join(f"{n} ({len(p)})" for n, p in run.test_sets.items()) or "none"
+    cap = c.eval.num_prompts
+    held_out = ", ".join(
+        f"{n} ({len(p)}" + (f", the first {cap}: eval.num_prompts)" if 0 < cap < len(p) else ")")
+        for n, p in run.test_sets.items()
+    ) or "none"  # fmt: skip
     resume = f"resuming after step {step}" if step else "new"
     return "\n".join([
         f"model: {model}",
