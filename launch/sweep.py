@@ -5,7 +5,7 @@
     python launch/sweep.py configs/eden.py:paper --workdir runs/eden-sweep -- \\
         --config.model.path=/models/Qwen2.5-Math-1.5B          # flags for every point
     python launch/sweep.py configs/eden.py:paper --slurm eden.sbatch --nodes 2 \\
-        --gpus-per-node 4                          # a SLURM job array: one job a point
+        --gpus-per-node 4 --time 24:00:00 --partition gpu   # a SLURM job array
     python launch/sweep.py configs/ead.py:paper --tpu my-v4-32 --zone us-central2-b
 
 A config's sweep is built with the `hyper` helper it receives (the big_vision and
@@ -18,7 +18,9 @@ every point has its own work directory, and rerunning a sweep resumes each run.
 
 On a cluster every point is one multi-host run: `--slurm FILE` writes a job-array script
 (`sbatch FILE`): each array task takes `--nodes` nodes, one process a node (`srun`), whose
-processes join through JAX's SLURM detection; `--tpu NAME` prints one command a point that
+processes join through JAX's SLURM detection; it runs this environment's Python, passes
+`--time`, `--partition`, `--account` and `--cpus-per-task` through, and its log folder
+(ROOT) is created as the script is written (SLURM does not create it); `--tpu NAME` prints one command a point that
 runs it on every worker of a TPU VM (`--distributed`: JAX reads the pod's topology).
 """
 
@@ -104,8 +106,15 @@ def commands(spec: str, workdir: str, extra: list[str]) -> list[tuple[str, list[
     return out
 
 
-def slurm_script(runs: list[tuple[str, list[str]]], root: str, nodes: int, gpus: int) -> str:
-    """A SLURM job array with one task per point, each `nodes` nodes x one process."""
+SBATCH_OPTIONS = ("time", "partition", "account", "cpus-per-task")  # passed through
+
+
+def slurm_script(
+    runs: list[tuple[str, list[str]]], root: str, nodes: int, gpus: int, options: dict
+) -> str:
+    """A SLURM job array with one task per point, each `nodes` nodes x one process, run by
+    this Python (the environment that wrote the script; a cluster shares its filesystem),
+    with the `options` given ({"time": "04:00:00", ...})."""
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={os.path.basename(root)}",
@@ -113,12 +122,14 @@ def slurm_script(runs: list[tuple[str, list[str]]], root: str, nodes: int, gpus:
         f"#SBATCH --nodes={nodes}",
         "#SBATCH --ntasks-per-node=1",
         *([f"#SBATCH --gpus-per-node={gpus}"] if gpus else []),
-        f"#SBATCH --output={os.path.join(root, 'slurm-%A_%a.out')}",
+        *(f"#SBATCH --{k}={v}" for k, v in options.items() if v),
+        # SLURM does not create the log's folder: `main` does, as it writes the script
+        f"#SBATCH --output={os.path.join(os.path.abspath(root), 'slurm-%A_%a.out')}",
         "set -euo pipefail",
         "# one point per array task; srun starts a process on each node, and",
         "# explore_rl.main joins them (jax.distributed reads SLURM's variables)",
         "runs=(",
-        *[f"  {shlex.quote(shlex.join(['python', *argv[1:]]))}  # {name}" for name, argv in runs],
+        *[f"  {shlex.quote(shlex.join(argv))}  # {name}" for name, argv in runs],
         ")",
         'srun bash -c "${runs[$SLURM_ARRAY_TASK_ID]}"',
     ]
@@ -158,6 +169,8 @@ def main(argv=None):
     parser.add_argument("--slurm", help="write a SLURM job-array script here (no run)")
     parser.add_argument("--nodes", type=int, default=1, help="--slurm: nodes per run")
     parser.add_argument("--gpus-per-node", type=int, default=0, help="--slurm: GPUs a node")
+    for option in SBATCH_OPTIONS:
+        parser.add_argument(f"--{option}", default="", help=f"--slurm: sbatch's --{option}")
     parser.add_argument("--tpu", help="print the commands for this TPU VM's workers (no run)")
     parser.add_argument("--zone", default="", help="--tpu: its zone")
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -167,9 +180,14 @@ def main(argv=None):
     root = args.workdir or os.path.join("runs", "sweeps", stem)
     runs = commands(args.config, root, extra)
     if args.slurm:
+        options = {o: getattr(args, o.replace("-", "_")) for o in SBATCH_OPTIONS}
+        os.makedirs(root, exist_ok=True)  # the jobs' log folder
         with open(args.slurm, "w") as f:
-            f.write(slurm_script(runs, root, args.nodes, args.gpus_per_node))
-        print(f"{args.slurm}: {len(runs)} runs of {args.nodes} node(s); submit with sbatch")
+            f.write(slurm_script(runs, root, args.nodes, args.gpus_per_node, options))
+        print(
+            f"{args.slurm}: {len(runs)} runs of {args.nodes} node(s), logs in {root}/; "
+            f"submit with sbatch {args.slurm}"
+        )
         return
     if args.tpu:
         print("\n".join(tpu_commands(runs, args.tpu, args.zone)))

@@ -61,10 +61,22 @@ def test_dry_run_prints_one_command_per_point(capsys):
 def test_the_slurm_script_has_one_multi_node_run_per_point(name, tmp_path, capsys):
     spec = f"configs/{name}" + (":gspo" if name == "controls.py" else "")
     script = tmp_path / "runs.sbatch"
-    sweep.main([spec, "--workdir", "w", "--slurm", str(script), "--nodes", "2",
-                "--gpus-per-node", "4"])  # fmt: skip
+    root = tmp_path / "w"
+    sweep.main([spec, "--workdir", str(root), "--slurm", str(script), "--nodes", "2",
+                "--gpus-per-node", "4", "--time", "04:00:00", "--partition", "gpu",
+                "--account", "lab", "--cpus-per-task", "16"])  # fmt: skip
     text = script.read_text()
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    for line in ("--time=04:00:00", "--partition=gpu", "--account=lab", "--cpus-per-task=16"):
+        assert f"#SBATCH {line}" in text
+    # a fake sbatch that, as SLURM would, finds the log folder or loses the job's output
+    fake = tmp_path / "bin" / "sbatch"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/bash\nout=$(sed -n "s/^#SBATCH --output=//p" "$1")\n'
+                    'test -d "$(dirname "$out")"\n')  # fmt: skip
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    assert subprocess.run(["sbatch", str(script)], env=env).returncode == 0
     n = len(sweep.points(spec))
     assert f"#SBATCH --array=0-{n - 1}" in text and "#SBATCH --nodes=2" in text
     assert "--gpus-per-node=4" in text and 'srun bash -c "${runs[$SLURM_ARRAY_TASK_ID]}"' in text
@@ -74,7 +86,8 @@ def test_the_slurm_script_has_one_multi_node_run_per_point(name, tmp_path, capsy
         capture_output=True, text=True, check=True,
     ).stdout.splitlines()  # fmt: skip
     assert len(listed) == n and len({c.split("--workdir ")[1].split()[0] for c in listed}) == n
-    assert all(c.startswith("python -m explore_rl.main --config " + spec) for c in listed)
+    # the interpreter of the environment that wrote the script, not whichever `python`
+    assert all(c.startswith(f"{sys.executable} -m explore_rl.main --config {spec}") for c in listed)
     sweep.main([spec, "--workdir", "w", "--tpu", "v4-32", "--zone", "us-central2-b"])
     tpu = capsys.readouterr().out.splitlines()[1:]  # after the --slurm line
     assert len(tpu) == n and all("--worker=all" in c and "--distributed" in c for c in tpu)
