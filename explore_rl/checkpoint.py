@@ -364,7 +364,8 @@ def restore_subset(path: str, step: int, like: dict) -> dict:
     """Only the parts of a saved train state that `like` names (e.g. {"state": {"params":
     ...}, "explorers": {...}}), into its shapes, dtypes and shardings: evaluation reads the
     params without allocating the optimizer's moments."""
-    manager = ocp.CheckpointManager(path, item_handlers={"state": ocp.PyTreeCheckpointHandler()})
+    handlers = {"state": ocp.PyTreeCheckpointHandler(), "host": ocp.JsonCheckpointHandler()}
+    manager = ocp.CheckpointManager(path, item_handlers=handlers)  # both: no "unknown item"
     try:
         saved = _leaves(manager.item_metadata(step)["state"])
         if not saved:  # Orbax reads a missing metadata file as an empty item
@@ -374,7 +375,10 @@ def restore_subset(path: str, step: int, like: dict) -> dict:
         manager.close()
         raise
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
-    args = ocp.args.Composite(state=ocp.args.PyTreeRestore(abstract, partial_restore=True))
+    shardings = ocp.checkpoint_utils.construct_restore_args(abstract)  # `like`'s, not the file's
+    args = ocp.args.Composite(
+        state=ocp.args.PyTreeRestore(abstract, restore_args=shardings, partial_restore=True)
+    )
     try:
         return manager.restore(step, args=args).state
     finally:
