@@ -32,14 +32,11 @@ import os
 import re
 import warnings
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure  # no pyplot: no backend, no window; notebooks show it
 
-matplotlib.use("Agg")  # files, not windows; notebooks display the returned figures
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from explore_rl.logs import flatten, read_metrics  # noqa: E402
+from explore_rl.logs import flatten, read_metrics
 
 CURVES = ("reward/mean", "groups/zero_adv_frac", "rollout/entropy", "rollout/response_len")
 # (metric, steps) of the summary, besides the last evaluation's held-out metrics: the mean
@@ -246,7 +243,8 @@ def _band(ax, members: list[Run], key: str, label: str):
 
 def plot_curves(runs: list[Run], keys=CURVES):
     """One panel per metric: the mean over seeds per configuration, +- one sd as a band."""
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.5), squeeze=False)
+    fig = Figure(figsize=(4.5 * len(keys), 3.5))
+    axes = fig.subplots(1, len(keys), squeeze=False)
     for ax, key in zip(axes[0], keys):
         for label, members in groups(runs).items():
             _band(ax, members, key, label)
@@ -260,7 +258,8 @@ def plot_curves(runs: list[Run], keys=CURVES):
 def plot_pass_at_k(runs: list[Run]):
     """Held-out Pass@k against k (log scale) at each run's last evaluation, per
     configuration (mean over seeds, +- one sd)."""
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+    fig = Figure(figsize=(5, 3.5))
+    ax = fig.subplots()
     for label, members in groups(runs).items():
         ks = sorted(
             {
@@ -294,7 +293,8 @@ def plot_method(runs: list[Run], method: str):
     keys = [c for prefix in PANELS[method] for c in columns if c.startswith(prefix)]
     if not keys:
         return None
-    fig, axes = plt.subplots(1, len(keys), figsize=(3.5 * len(keys), 3), squeeze=False)
+    fig = Figure(figsize=(3.5 * len(keys), 3))
+    axes = fig.subplots(1, len(keys), squeeze=False)
     for ax, key in zip(axes[0], keys):
         for label, members in groups(mine).items():
             _band(ax, members, key, label)
@@ -315,7 +315,6 @@ def report(paths: list[str], out: str, window: int = WINDOW) -> str:
     for name, fig in figures.items():
         if fig is not None:
             fig.savefig(os.path.join(out, f"{name}.png"), dpi=110)
-            plt.close(fig)
     names = sorted(os.path.basename(p.rstrip("/")) for p in paths)
     text = (
         f"Runs: {len(runs)} ({', '.join(names)}).\n"

@@ -27,3 +27,9 @@ def test_the_notebook_executes(name, monkeypatch):
         nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": FOLDER}}
     )
     client.execute()  # raises CellExecutionError naming the cell that failed
+    shown = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+             if "image/png" in o.get("data", {})]  # fmt: skip
+    if name == "01_quick_start.ipynb":  # its curves, inline (analysis draws without pyplot)
+        assert len(shown) == 2, [
+            list(o.get("data", {})) for c in nb.cells for o in c.get("outputs", [])
+        ]
