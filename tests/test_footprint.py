@@ -141,3 +141,25 @@ def test_within_a_quarter_of_the_measured_peak_on_the_cpu_demo():
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert 0.75 <= result["estimate_over_measured"] <= 1.25, (result, out.stderr[-2000:])
+
+
+def test_auto_slots_size_an_evaluation_batch_too():
+    """With `rollout.slots = "auto"` an evaluation batch (eval.batch_prompts x eval.samples
+    rows of eval.max_new_tokens) gets the most slots that fit beside what stays resident,
+    as the training rollout does (was: every row of a batch at once, whatever its size)."""
+    c = grpo.get_config("smoke")
+    c.rollout.slots = "auto"
+    c.eval.batch_prompts, c.eval.samples, c.eval.max_new_tokens = 32, 16, 256
+    v = sizing.eval_variant(c)
+    assert (v.rollout.prompts, v.rollout.group_size, v.rollout.max_new_tokens) == (32, 16, 256)
+    cfg, _ = config_lib.model_spec(c)
+    args = (v, cfg, ONE, make_optimizer(config_lib.optim_config(c)), 40, [])
+    assert sizing.fit_slots(*args) == 0  # every row at once fits on this host
+
+    def need(n):
+        e = sizing.estimate(sizing._variant(v, **{"rollout.slots": n}), *args[1:])
+        return e.resident + e.rollout
+
+    small = (int(need(100) / sizing.SLOTS_HEADROOM) + 1, "a small device")
+    assert need(100) <= sizing.SLOTS_HEADROOM * small[0] < need(101)  # 100 fit, not 101
+    assert sizing.fit_slots(*args, capacity=small) == 100

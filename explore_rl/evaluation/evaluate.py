@@ -10,6 +10,7 @@ all-MiniLM-L6-v2 embeddings (ExTra's Sec. 5.4 measures).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 
@@ -23,6 +24,7 @@ from explore_rl.evaluation import metrics
 from explore_rl.rewards.math import Verifier, extract_answer
 from explore_rl.rl import rollout
 from explore_rl.rl.plan import base_plan
+from explore_rl.sampling.engine import EngineConfig
 
 
 class Stopped(Exception):
@@ -40,13 +42,17 @@ def evaluate(
     plan_fn=None,
     records: list | None = None,
     stop: Callable[[], bool] | None = None,
+    engine: EngineConfig | None = None,
 ) -> dict[str, float]:
     """Held-out metrics per benchmark and averaged; with `records`, every response is
     appended to it (benchmark, question, reference, response, extracted answer, correct).
     `stop` is asked before each batch: True raises `Stopped` (a preempted run checkpoints
-    within a batch's time, not after the whole evaluation)."""
+    within a batch's time, not after the whole evaluation). `engine`: the decode slots a
+    run sized for it (default: the config's)."""
     e, n = config.eval, config.eval.samples
     settings = config_lib.eval_settings(config, tok)
+    if engine is not None:
+        settings = dataclasses.replace(settings, engine=engine)
     results: dict[str, float] = {}
     for name, problems in benchmarks.items():
         problems = problems[: e.num_prompts or len(problems)]

@@ -15,7 +15,7 @@ from explore_rl import checkpoint as checkpoint_lib
 from explore_rl import config as config_lib
 from explore_rl import parallel
 from explore_rl.hoststate import HostState
-from explore_rl.train.build import Run
+from explore_rl.train.build import Run, size_evaluation
 from explore_rl.train.steps import run_evaluation
 
 
@@ -31,6 +31,7 @@ def run_eval(c, workdir: str | None) -> dict:
     mesh = config_lib.mesh(c)
     params, cfg, tok = config_lib.load_policy(c, parallel.placer(mesh))
     run = Run.create(c, cfg, tok, verifier=None, mesh=mesh)
+    size_evaluation(run, dict(mesh.shape))  # conservative: counts optimizer moments too
     states = {ex.name: ex.template(run.context(params, 0)) for ex in run.explorers}
     step, folder = 0, None
     if c.eval.checkpoint:

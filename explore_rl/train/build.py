@@ -35,6 +35,7 @@ from explore_rl.rewards.math import Verifier
 from explore_rl.rl import footprint
 from explore_rl.rl import rollout as rollout_lib
 from explore_rl.rl.train_step import init_state, make_optimizer
+from explore_rl.sampling import engine as engine_lib
 from explore_rl.train import sizing
 
 
@@ -66,7 +67,9 @@ class Run:
     workdir: str | None = None
     mesh: Mesh | None = None  # where the update's batch rows are sharded
     longest_prompt: int = 0  # tokens of the longest training prompt
+    longest_eval_prompt: int = 0  # of the longest held-out one
     memory_estimate: footprint.Footprint | None = None  # per device, made at start
+    eval_engine: engine_lib.EngineConfig | None = None  # sized at start; None: the config's
 
     @classmethod
     def create(cls, c, cfg, tok, verifier, workdir=None, ref_params=None, mesh=None) -> Run:
@@ -78,12 +81,14 @@ class Run:
             policy=c.task.long_prompts,
         )  # fmt: skip
         shard = tasks.Shard(jax.process_index(), jax.process_count())
-        local, test_sets, longest, error = [], {}, 0, None
+        local, test_sets, longest, eval_longest, error = [], {}, 0, 0, None
         try:
             local, test_sets = config_lib.load_problems(c, shard)
             name = "train" if shard.count == 1 else f"train (process {shard.index}'s shard)"
             local, longest = fit(local, name=name, whole=shard.count == 1)
-            test_sets = {n: fit(problems, name=n)[0] for n, problems in test_sets.items()}
+            fitted = {n: fit(problems, name=n) for n, problems in test_sets.items()}
+            test_sets = {n: kept for n, (kept, _) in fitted.items()}
+            eval_longest = max((n for _, n in fitted.values()), default=0)
         except Exception as e:  # noqa: BLE001 - said by every process, none left waiting
             if shard.count == 1:
                 raise
@@ -106,6 +111,7 @@ class Run:
             mesh=mesh,
             settings=settings,
             longest_prompt=joined.longest,
+            longest_eval_prompt=eval_longest,
         )
 
     def context(self, params, step: int) -> exploration.StepContext:
@@ -158,8 +164,13 @@ def start(c, workdir: str, verifier: Verifier, mesh: Mesh | None = None):
         run.settings = dataclasses.replace(
             run.settings, engine=dataclasses.replace(run.settings.engine, slots=slots)
         )
+        size_evaluation(run, dict(mesh.shape))
         if main:
-            print(f"rollout.slots=auto: {slots or 'every row at once'}", file=sys.stderr)
+            evaluating = "" if run.eval_engine is None else (
+                f" (evaluation: {run.eval_engine.slots or 'every row of a batch at once'})"
+            )  # fmt: skip
+            print(f"rollout.slots=auto: {slots or 'every row at once'}{evaluating}",
+                  file=sys.stderr)  # fmt: skip
     if main:
         print(what_runs(run, workdir, step), file=sys.stderr)
         print(run.memory_estimate.summary(), file=sys.stderr)
@@ -188,6 +199,20 @@ def _resume(run: Run, ckpt: Checkpointer, step: int, state, mesh: Mesh) -> Progr
             step = ckpt.newest_intact()
     states = {ex.name: ex.init(ctx) for ex in run.explorers}
     return placed(Progress(state, jnp.zeros((), jnp.int32), states), mesh)
+
+
+def size_evaluation(run: Run, axis_sizes: dict) -> None:
+    """With `rollout.slots = "auto"`, the held-out evaluation's decode slots too: the most
+    that fit a device beside what stays resident, for one evaluation batch of the
+    longest held-out prompt (`sizing.eval_variant`; was: every row of a batch at once)."""
+    c = run.config
+    if c.rollout.slots != "auto" or not run.test_sets:
+        return
+    n = sizing.fit_slots(
+        sizing.eval_variant(c), run.cfg, axis_sizes, run.optimizer, run.longest_eval_prompt,
+        run.explorers,
+    )  # fmt: skip
+    run.eval_engine = dataclasses.replace(run.settings.engine, slots=n)
 
 
 def what_runs(run: Run, workdir: str, step: int) -> str:

@@ -72,6 +72,18 @@ def estimate(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=
     return max(estimates, key=lambda e: e.update)
 
 
+def eval_variant(c: ConfigDict) -> ConfigDict:
+    """Config `c` as one batch of its held-out evaluation, for sizing its decode slots:
+    `eval.batch_prompts` questions x `eval.samples` rows of up to `eval.max_new_tokens`
+    tokens (the run's params and optimizer state stay resident meanwhile)."""
+    e = c.eval
+    return _variant(c, **{
+        "rollout.prompts": e.batch_prompts, "rollout.group_size": e.samples,
+        "rollout.max_new_tokens": e.max_new_tokens, "rollout.slots": "auto",
+        "rl.minibatches": 1, "optim.micro_batches": 1, "optim.micro_batch_tokens": 0,
+    })  # fmt: skip
+
+
 def _variant(c: ConfigDict, **changes) -> ConfigDict:
     out = copy.deepcopy(c)
     for key, value in changes.items():

@@ -244,4 +244,5 @@ def run_evaluation(run: Run, params, states: dict, step: int, records=None, stop
         lambda p: exploration.eval_plan(run.explorers, states, p, ctx),
         records,
         stop,
+        run.eval_engine,
     )
