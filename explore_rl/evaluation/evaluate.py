@@ -78,34 +78,45 @@ def evaluate(
                 for i in range(len(chunk))
             ]
             if records is not None:
-                records += [
-                    {
-                        "benchmark": name,
-                        "question": p.question,
-                        "reference": p.answer,
-                        "response": r.texts[i * n + j],
-                        "extracted": answers[start + i][j],
-                        "correct": bool(r.correct[i, j]),
-                    }
-                    for i, p in enumerate(chunk)
-                    for j in range(n)
-                ]
+                records += _records(name, chunk, r, answers[start:])
             if e.diversity:
                 diverse += diversity_of_correct(r)
-        correct = np.concatenate(correct)
-        results[f"eval/{name}/mean@{n}"] = metrics.mean_at_k(correct)
-        for k, v in metrics.pass_at_ks(correct).items():
-            results[f"eval/{name}/pass@{k}"] = v
-        results[f"eval/{name}/maj@{n}"] = metrics.maj_at_k(answers, correct, n)
-        for key in ("distinct4", "self_bleu", "logdet"):
-            values = [d[key] for d in diverse if np.isfinite(d[key])]  # NaN: < 4 tokens
-            if values:
-                results[f"eval/{name}/{key}"] = float(np.mean(values))
+        results.update(_benchmark_metrics(name, np.concatenate(correct), answers, diverse, n))
     names = sorted({key.split("/", 2)[2] for key in results})
     for metric in names:
         values = [v for key, v in results.items() if key.endswith("/" + metric)]
         results[f"eval/average/{metric}"] = float(np.mean(values))
     return results
+
+
+def _records(name: str, chunk: list[Problem], r, answers: list[list]) -> list[dict]:
+    """One record per response of a batch: its question, reference, extracted answer."""
+    n = r.group_size
+    return [
+        {
+            "benchmark": name,
+            "question": p.question,
+            "reference": p.answer,
+            "response": r.texts[i * n + j],
+            "extracted": answers[i][j],
+            "correct": bool(r.correct[i, j]),
+        }
+        for i, p in enumerate(chunk)
+        for j in range(n)
+    ]
+
+
+def _benchmark_metrics(name: str, correct, answers, diverse: list[dict], n: int) -> dict:
+    """Mean@n, Pass@k, Maj@n of one benchmark's [Q, n] correctness, and the diversity of
+    its correct responses when measured."""
+    out = {f"eval/{name}/mean@{n}": metrics.mean_at_k(correct)}
+    out.update({f"eval/{name}/pass@{k}": v for k, v in metrics.pass_at_ks(correct).items()})
+    out[f"eval/{name}/maj@{n}"] = metrics.maj_at_k(answers, correct, n)
+    for key in ("distinct4", "self_bleu", "logdet"):
+        values = [d[key] for d in diverse if np.isfinite(d[key])]  # NaN: < 4 tokens
+        if values:
+            out[f"eval/{name}/{key}"] = float(np.mean(values))
+    return out
 
 
 @functools.cache

@@ -76,12 +76,8 @@ class _StopSignals:
 def _train(c, workdir: str, verifier: Verifier, mesh: Mesh):
     run, progress, ckpt = start(c, workdir, verifier, mesh)
     start_step = ckpt.latest_step() or 0
-    resolved, main = config_lib.resolved(c), parallel.is_main_process()
-    if main:  # one writer in a run of several processes
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            record = {**json.loads(resolved.to_json()), "memory": run.memory_estimate.record()}
-            json.dump(record, f, indent=2)
-    logger = RunLogger(workdir, start_step, config_lib.wandb_settings(c, resolved), write=main)
+    main = parallel.is_main_process()
+    logger = _open_logs(run, workdir, start_step, main)
     bar = tqdm(
         range(start_step, c.train.steps),
         initial=start_step,
@@ -124,20 +120,37 @@ def _train(c, workdir: str, verifier: Verifier, mesh: Mesh):
             if stop.received is not None:
                 ckpt.close()
                 logger.close()
-                unlogged = (
-                    f" (its evaluation cut short, not logged: --mode eval "
-                    f"--config.eval.checkpoint={workdir} --config.eval.step={step + 1} runs it)"
-                    if cut else ""
-                )  # fmt: skip
-                raise Preempted(
-                    f"stopped by {signal.Signals(stop.received).name} after step {step + 1}"
-                    f"{unlogged}, checkpoint saved: rerun the same command to resume"
-                )
+                raise Preempted(_stopped(stop.received, step + 1, cut, workdir))
     ckpt.close()
     logger.close()
     if main:
         print(_summary(workdir, start_step, c.train.steps, metrics), file=sys.stderr)
     return progress
+
+
+def _open_logs(run, workdir: str, start_step: int, main: bool) -> RunLogger:
+    """The run's config.json (the resolved config and its memory estimate) and its logger,
+    from `start_step` on; one writer in a run of several processes."""
+    resolved = config_lib.resolved(run.config)
+    if main:
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            record = {**json.loads(resolved.to_json()), "memory": run.memory_estimate.record()}
+            json.dump(record, f, indent=2)
+    wandb = config_lib.wandb_settings(run.config, resolved)
+    return RunLogger(workdir, start_step, wandb, write=main)
+
+
+def _stopped(signum: int, step: int, cut: bool, workdir: str) -> str:
+    """What a run stopped by a signal after `step` says (`cut`: during its evaluation)."""
+    unlogged = (
+        f" (its evaluation cut short, not logged: --mode eval "
+        f"--config.eval.checkpoint={workdir} --config.eval.step={step} runs it)"
+        if cut else ""
+    )  # fmt: skip
+    return (
+        f"stopped by {signal.Signals(signum).name} after step {step}{unlogged}, checkpoint "
+        "saved: rerun the same command to resume"
+    )
 
 
 def _summary(workdir: str, start_step: int, steps: int, metrics: dict | None) -> str:
