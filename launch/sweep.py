@@ -20,8 +20,9 @@ On a cluster every point is one multi-host run: `--slurm FILE` writes a job-arra
 (`sbatch FILE`): each array task takes `--nodes` nodes, one process a node (`srun`), whose
 processes join through JAX's SLURM detection; it runs this environment's Python, passes
 `--time`, `--partition`, `--account` and `--cpus-per-task` through, and its log folder
-(ROOT) is created as the script is written (SLURM does not create it); `--tpu NAME` prints one command a point that
-runs it on every worker of a TPU VM (`--distributed`: JAX reads the pod's topology).
+(ROOT) is created as the script is written (SLURM does not create it). `--tpu NAME`
+prints one command a point that runs it on every worker of a TPU VM (`--distributed`: JAX
+reads the pod's topology).
 """
 
 from __future__ import annotations

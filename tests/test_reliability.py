@@ -189,12 +189,7 @@ def eval_terminating_parity(response, problem):
     sends SIGTERM to the run's process group: it lands inside an evaluation."""
     expression = problem.question.removeprefix("What is ").removesuffix("?")
     if tasks.split_of(expression) == "test":  # how the task splits its questions
-        try:
-            os.remove(os.environ["TEST_SIGTERM_FLAG"])
-        except FileNotFoundError:
-            pass
-        else:
-            os.killpg(os.getpgrp(), signal.SIGTERM)
+        return group_terminating_parity(response, problem)
     return float(len(response) % 2)
 
 
