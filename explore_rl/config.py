@@ -64,7 +64,8 @@ def config_argv(argv: list[str]) -> list[str]:
 def check_overrides(argv: list[str]) -> None:
     """Every `--config.a.b=value` names a field of the `--config` file's config: a typo is
     one line naming the nearest field, before the flags are parsed (where it would be a
-    traceback)."""
+    traceback); a boolean field's value is one absl reads as one (else absl's own error,
+    exit status 1)."""
     spec = next(
         (a.split("=", 1)[1] if "=" in a else argv[i + 1] for i, a in enumerate(argv)
          if (a == "--config" and i + 1 < len(argv)) or a.startswith("--config=")),
@@ -73,16 +74,22 @@ def check_overrides(argv: list[str]) -> None:
     if spec is None:
         return
     try:
-        fields = set(logs.flatten(load(spec).to_dict()))
+        fields = logs.flatten(load(spec).to_dict())
     except Exception:  # a broken file is the flags parser's to report
         return
-    for a in argv:
+    for i, a in enumerate(argv):
         if a.startswith("--config.") and a != "--config.":
-            key = a[len("--config.") :].split("=", 1)[0]
+            key, has_value, value = a[len("--config.") :].partition("=")
             if key not in fields and not any(f.startswith(key + ".") for f in fields):
                 near = difflib.get_close_matches(key, fields, n=1, cutoff=0.6)
                 hint = f" (did you mean {near[0]}?)" if near else ""
                 raise ValueError(f"--config.{key}: no such config field{hint}")
+            value = value if has_value else (argv[i + 1] if i + 1 < len(argv) else "")
+            if isinstance(fields.get(key), bool) and value.lower() not in _BOOLEANS:
+                raise ValueError(f"--config.{key}={value}: not a boolean (True or False)")
+
+
+_BOOLEANS = ("true", "t", "1", "false", "f", "0")  # what absl reads as a boolean
 
 
 def load_module(path: str):
@@ -190,6 +197,7 @@ def validate(c: ConfigDict) -> None:
     sampling_config(c, stop_ids=())
     sampling_config(c, stop_ids=(), section="eval")  # now, not after the first steps
     _check(c.eval.batch_prompts >= 1, f"eval.batch_prompts={c.eval.batch_prompts}: need >= 1")
+    _check(c.eval.num_prompts >= 0, f"eval.num_prompts={c.eval.num_prompts}: must be >= 0 (0: all)")
 
 
 def validate_sample(c: ConfigDict) -> None:

@@ -323,6 +323,7 @@ BAD_CONFIGS = [
     ("skip limit", {"train.max_skipped_updates": 0}, "train.max_skipped_updates=0"),
     ("eval length", {"eval.max_new_tokens": 0}, "eval.max_new_tokens=0: need at least 1"),
     ("eval batch", {"eval.batch_prompts": 0}, "eval.batch_prompts=0: need >= 1"),
+    ("eval questions", {"eval.num_prompts": -1}, "eval.num_prompts=-1: must be >= 0"),
     ("eval top_p", {"eval.top_p": 0.0}, r"eval.top_p=0.0: must be in \(0, 1\]"),
     ("no minibatches", {"rl.minibatches": 0}, "rl.minibatches=0: need at least 1"),
     ("no epochs", {"rl.ppo_epochs": 0}, "rl.ppo_epochs=0: need at least 1"),
@@ -414,6 +415,10 @@ def test_a_user_error_on_the_cli_is_one_line_and_exit_2(tmp_path):
     assert out.returncode == 2 and out.stderr.strip() == (
         "error: --config.rollout.tempreature: no such config field "
         "(did you mean rollout.temperature?)"
+    )
+    out = run_main("--config", "configs/grpo.py:smoke", "--config.train.prune_checkpoints=maybe")
+    assert out.returncode == 2 and out.stderr.strip() == (  # was absl's, exit status 1
+        "error: --config.train.prune_checkpoints=maybe: not a boolean (True or False)"
     )
 
 
