@@ -2,7 +2,10 @@
 
 import json
 import os
+import re
 import shutil
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -12,7 +15,7 @@ from conftest import run_main
 from configs import grpo
 from explore_rl import checkpoint, testing
 from explore_rl import config as config_lib
-from explore_rl.logs import RunLogger, read_metrics
+from explore_rl.logs import read_metrics
 from explore_rl.modes import eval as eval_mode
 from explore_rl.rl.plan import base_plan
 from explore_rl.train import build, loop, steps
@@ -267,15 +270,18 @@ def test_a_wandb_offline_run_writes_its_files_and_resumes_the_same_run(tmp_path,
     assert len(list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))) == 2
 
 
-def test_wandb_without_a_login_is_one_line_naming_the_way_out(tmp_path, monkeypatch):
+def test_wandb_without_a_login_is_one_line_naming_the_way_out(tmp_path):
+    """In a fresh process: W&B keeps its settings (an offline run's mode) per process."""
     pytest.importorskip("wandb")
-    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc, no saved key
-    monkeypatch.setenv("WANDB_MODE", "online")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    for name in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_CONFIG_DIR"):
-        monkeypatch.delenv(name, raising=False)
-    with pytest.raises(ValueError, match=r"^logging.wandb=True: W&B says: .*API key.*WANDB_MODE"):
-        RunLogger(str(tmp_path), 0, wandb={"project": "explore_rl"})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(tmp_path), WANDB_MODE="online", WANDB_SILENT="true")  # no saved key
+    code = (
+        "from explore_rl.logs import RunLogger\n"
+        f"RunLogger({str(tmp_path)!r}, 0, wandb={{'project': 'explore_rl'}})"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    last = out.stderr.strip().splitlines()[-1]
+    assert re.match(r"ValueError: logging.wandb=True: W&B says: .*API key.*WANDB_MODE", last), last
 
 
 def test_a_bfloat16_run_trains_and_logs(tmp_path, caplog):
