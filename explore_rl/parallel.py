@@ -4,10 +4,10 @@ A 3-D mesh ('data', 'fsdp', 'tensor'). Every array dimension has a logical name,
 table maps logical names to mesh axes (`RULES`): rows of a batch over data x fsdp, the
 model dimension of every weight over fsdp (ZeRO-3-style: gathered for use, its gradient
 and optimizer moments stay sharded), and over tensor the vocabulary, the attention heads
-and the MLP's hidden dimension (Megatron-style). `PARAMS` names each parameter's
-dimensions; norms and anything else small are replicated. A dimension that the axis size
-does not divide is replicated over that axis. On one device every sharding degenerates to
-replicated with no change to the calling code.
+and the MLP's hidden dimension (Megatron-style). Each weight's dimensions are named by its
+model family (`models/family.py`); norms and anything else small are replicated. A
+dimension that the axis size does not divide is replicated over that axis. On one device
+every sharding degenerates to replicated with no change to the calling code.
 
 Inside jitted code, `constrain(x, "batch", None, "heads", None)` pins an activation to
 the rules on the mesh of `use(mesh)` (a no-op without one, or on one device).
@@ -33,6 +33,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from explore_rl.models import family
+
 AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
 
@@ -44,22 +46,6 @@ RULES = {
     "heads": "tensor",
     "kv_heads": "tensor",
     "mlp": "tensor",
-}
-
-# Parameter name -> the logical name of each of its dimensions (transformer.init_params).
-PARAMS = {
-    "embed": ("vocab", "embed"),
-    "lm_head": ("embed", "vocab"),
-    "q": ("embed", "heads", "head_dim"),
-    "k": ("embed", "kv_heads", "head_dim"),
-    "v": ("embed", "kv_heads", "head_dim"),
-    "o": ("heads", "head_dim", "embed"),
-    "q_bias": ("heads", "head_dim"),
-    "k_bias": ("kv_heads", "head_dim"),
-    "v_bias": ("kv_heads", "head_dim"),
-    "gate": ("embed", "mlp"),
-    "up": ("embed", "mlp"),
-    "down": ("mlp", "embed"),
 }
 
 
@@ -194,11 +180,13 @@ def _fallback(shape: tuple[int, ...], fsdp: int) -> PartitionSpec:
 
 
 def spec(name: str, shape: tuple[int, ...], axis_sizes) -> PartitionSpec:
-    """The spec of a parameter (or its optimizer moment) by its name and shape."""
-    if not shape or "norm" in name:
+    """The spec of a parameter (or its optimizer moment) by its name and shape: the axes
+    its model family declares for it, else `_fallback`."""
+    if not shape:
         return PartitionSpec()
-    if name in PARAMS and len(PARAMS[name]) == len(shape):
-        return logical_spec(PARAMS[name], shape, axis_sizes)
+    names = family.axes(name)
+    if names is not None and len(names) == len(shape):  # a norm: () as any replicated leaf
+        return logical_spec(names, shape, axis_sizes) if any(names) else PartitionSpec()
     return _fallback(shape, axis_sizes.get("fsdp", 1))
 
 

@@ -49,12 +49,13 @@ FAMILY_VARIANTS = {
 }
 
 
-def make_hf_checkpoint(folder, variant: str, seed: int = 0, max_shard_size=None):
-    """Write a random tiny HF checkpoint (safetensors) and return the torch model."""
+def make_hf_checkpoint(folder, variant, seed: int = 0, max_shard_size=None):
+    """Write a random tiny HF checkpoint (safetensors) and return the torch model.
+    `variant`: a `FAMILY_VARIANTS` name, or (transformers config class name, its fields)."""
     import torch
     import transformers
 
-    cls_name, extra = FAMILY_VARIANTS[variant]
+    cls_name, extra = FAMILY_VARIANTS[variant] if isinstance(variant, str) else variant
     config = getattr(transformers, cls_name)(**TINY_HF, **extra)
     config.architectures = [cls_name.replace("Config", "ForCausalLM")]
     torch.manual_seed(seed)

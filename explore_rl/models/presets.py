@@ -1,11 +1,8 @@
-"""Model configurations: one frozen dataclass for the three decoder families.
+"""Model configurations: one frozen dataclass for every decoder family.
 
-`ModelConfig` is hashable, so it is a legal static argument to `jax.jit`. The families
-differ only in three switches:
-
-- llama (Llama-3.x, SmolLM2): no biases;
-- qwen2 (Qwen2 / Qwen2.5 / Qwen2.5-Math): q/k/v projections carry a bias;
-- qwen3 (Qwen3): no biases, an RMSNorm over each head's q and k before RoPE.
+`ModelConfig` is hashable, so it is a legal static argument to `jax.jit`. `family` names a
+registered `models.family.Family` (one module each under `models/families/`: llama,
+qwen2, qwen3), which holds everything that differs between families.
 
 Presets name the checkpoints the methods are run on; `tiny-*` presets are the same families
 at test size. `from_hf_config` reads a checkpoint's `config.json`, so an unlisted size of a
@@ -20,14 +17,7 @@ import os
 
 import jax.numpy as jnp
 
-FAMILIES = ("llama", "qwen2", "qwen3")
-
-# HF `architectures` entries -> our family name.
-_HF_ARCHITECTURES = {
-    "LlamaForCausalLM": "llama",
-    "Qwen2ForCausalLM": "qwen2",
-    "Qwen3ForCausalLM": "qwen3",
-}
+from explore_rl.models import family as family_lib
 
 _DTYPES = ("float32", "bfloat16")
 ATTENTION = ("auto", "dense", "blockwise")  # models/attention.py
@@ -67,8 +57,7 @@ class ModelConfig:
     logits_chunk: int = 2048
 
     def __post_init__(self):
-        if self.family not in FAMILIES:
-            raise ValueError(f"family={self.family!r}: allowed {FAMILIES}")
+        family_lib.get(self.family)
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}"
@@ -87,11 +76,11 @@ class ModelConfig:
 
     @property
     def qkv_bias(self) -> bool:
-        return self.family == "qwen2"
+        return family_lib.get(self.family).qkv_bias
 
     @property
     def qk_norm(self) -> bool:
-        return self.family == "qwen3"
+        return family_lib.get(self.family).qk_norm
 
     @property
     def jnp_dtype(self):
@@ -106,15 +95,7 @@ class ModelConfig:
 
     def num_params(self) -> int:
         """Parameter count, embeddings included (tied ones once)."""
-        d, h = self.d_model, self.head_dim
-        attn = d * h * (self.n_heads * 2 + self.n_kv_heads * 2)
-        if self.qkv_bias:
-            attn += h * (self.n_heads + 2 * self.n_kv_heads)
-        if self.qk_norm:
-            attn += 2 * h
-        layer = attn + 3 * d * self.d_ff + 2 * d
-        head = 0 if self.tie_embeddings else self.vocab_size * d
-        return self.n_layers * layer + self.vocab_size * d + head + d
+        return family_lib.get(self.family).num_params(self)
 
 
 _LLAMA3_ROPE = (32.0, 1.0, 4.0, 8192)
@@ -300,19 +281,17 @@ def from_hf_config(path: str, **overrides) -> ModelConfig:
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: config.json is not valid JSON ({e})") from None
     archs = hf.get("architectures") or [hf.get("model_type", "?")]
-    family = _HF_ARCHITECTURES.get(archs[0])
-    if family is None:
-        raise ValueError(
-            f"{path}: unknown architecture {archs[0]!r}: allowed {sorted(_HF_ARCHITECTURES)}"
-        )
-    if hf.get("use_sliding_window"):
-        raise ValueError(f"{path}: sliding-window attention is not supported")
-    if family == "llama" and (hf.get("attention_bias") or hf.get("mlp_bias")):
-        raise ValueError(f"{path}: llama with attention_bias/mlp_bias is not supported")
+    family = family_lib.by_hf_architecture(archs[0], path)
+    for field in family.hf_unsupported:
+        if hf.get(field):
+            raise ValueError(
+                f"{path}: {field}={hf[field]!r} is not supported for {family.name} (only "
+                f"{family.name} without it)"
+            )
     n_heads = hf["num_attention_heads"]
     rope = hf.get("rope_parameters") or {}
     cfg = ModelConfig(
-        family=family,
+        family=family.name,
         vocab_size=hf["vocab_size"],
         d_model=hf["hidden_size"],
         n_layers=hf["num_hidden_layers"],
@@ -329,15 +308,13 @@ def from_hf_config(path: str, **overrides) -> ModelConfig:
     return cfg.replace(**overrides)
 
 
-_MODEL_TYPES = {family: arch for arch, family in _HF_ARCHITECTURES.items()}
-
-
 def to_hf_config(cfg: ModelConfig) -> dict:
     """The HF `config.json` of `cfg`: `from_hf_config` reads it back to `cfg` (dtypes
     aside), and transformers builds the same architecture from it."""
+    family = family_lib.get(cfg.family)
     hf = {
-        "architectures": [_MODEL_TYPES[cfg.family]],
-        "model_type": cfg.family,
+        "architectures": [family.hf_architecture],
+        "model_type": family.hf_model_type or family.name,
         "vocab_size": cfg.vocab_size,
         "hidden_size": cfg.d_model,
         "num_hidden_layers": cfg.n_layers,
@@ -352,8 +329,7 @@ def to_hf_config(cfg: ModelConfig) -> dict:
         "max_position_embeddings": cfg.max_seq_len,
         "torch_dtype": cfg.param_dtype,
     }
-    if cfg.family == "llama":
-        hf.update(attention_bias=False, mlp_bias=False)
+    hf.update(family.hf_fields)
     if cfg.rope_llama3_scaling is not None:
         factor, low, high, original = cfg.rope_llama3_scaling
         hf["rope_scaling"] = {

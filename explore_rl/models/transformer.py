@@ -36,7 +36,7 @@ from flax import struct
 from jaxtyping import Array, Bool, Float, Int
 
 from explore_rl import parallel
-from explore_rl.models import attention
+from explore_rl.models import attention, family
 from explore_rl.models.attention import Keys
 from explore_rl.models.presets import ModelConfig
 
@@ -117,43 +117,26 @@ def init_cache(
 
 
 def init_params(cfg: ModelConfig, key: jax.Array, scale: float = 0.02) -> dict:
-    """Random params in the layout the loaders produce (for tests and benchmarks)."""
-    d, n, k, h, f = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ff
-    shapes = {
-        "attn_norm": (d,),
-        "q": (d, n, h),
-        "k": (d, k, h),
-        "v": (d, k, h),
-        "o": (n, h, d),
-        "mlp_norm": (d,),
-        "gate": (d, f),
-        "up": (d, f),
-        "down": (f, d),
-    }
-    if cfg.qkv_bias:
-        shapes.update(q_bias=(n, h), k_bias=(k, h), v_bias=(k, h))
-    if cfg.qk_norm:
-        shapes.update(q_norm=(h,), k_norm=(h,))
+    """Random params of every weight `cfg`'s family declares (`models/family.py`), in the
+    layout the loaders produce (for tests, benchmarks and models trained from scratch)."""
+    fam = family.get(cfg.family)
     dt = cfg.jnp_param_dtype
 
-    def tensor(key, name, shape):
-        if name.endswith("norm"):
-            return (1.0 + scale * jax.random.normal(key, shape)).astype(dt)
-        return (scale * jax.random.normal(key, shape)).astype(dt)
+    def tensor(key, w):
+        if w.init == "ones":
+            return jnp.ones(w.dims(cfg), dt)
+        x = scale * jax.random.normal(key, w.dims(cfg))
+        return (1.0 + x if w.init == "norm" else x).astype(dt)
 
-    keys = jax.random.split(key, cfg.n_layers + 2)
+    drawn = [n for n, w in fam.top.items() if w.init != "ones"]
+    keys = jax.random.split(key, cfg.n_layers + len(drawn))
     layers = []
     for lk in keys[: cfg.n_layers]:
-        sub = jax.random.split(lk, len(shapes))
-        layers.append({nm: tensor(s, nm, sh) for s, (nm, sh) in zip(sub, shapes.items())})
-    params = {
-        "embed": tensor(keys[-2], "embed", (cfg.vocab_size, d)),
-        "layers": layers,
-        "final_norm": jnp.ones((d,), dt),
-    }
-    if not cfg.tie_embeddings:
-        params["lm_head"] = tensor(keys[-1], "lm_head", (d, cfg.vocab_size))
-    return params
+        sub = jax.random.split(lk, len(fam.layer))
+        layers.append({n: tensor(s, w) for s, (n, w) in zip(sub, fam.layer.items())})
+    top_keys = dict(zip(drawn, keys[cfg.n_layers :]))
+    top = {path[0]: w for path, w in fam.weights(cfg) if len(path) == 1}  # lm_head if untied
+    return {**{n: tensor(top_keys.get(n), w) for n, w in top.items()}, "layers": layers}
 
 
 def rms_norm(x: Array, w: Array, eps: float) -> Array:

@@ -6,7 +6,7 @@ placed on device with the sharding `place` chooses for its path, cast to
 `cfg.param_dtype`, before the next one is read: a 7B model never needs two host copies,
 and a process of a multi-host run converts only the slices its own devices hold.
 
-Our layout (see `transformer.init_params`): q/k/v [D, heads, H], o [N, H, D],
+Our layout (each weight's entry in `models/family.py`): q/k/v [D, heads, H], o [N, H, D],
 gate/up [D, F], down [F, D], lm_head [D, V]; HF stores every projection as [out, in].
 
     params, cfg, tok = load_model("path/to/Qwen2.5-Math-1.5B")      # HF folder
@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import math
 import os
 from collections.abc import Callable
 
@@ -28,42 +29,14 @@ import numpy as np
 from tqdm import tqdm
 
 from explore_rl import caching
-from explore_rl.models import gguf_io, presets, safetensors_io
+from explore_rl.models import family, gguf_io, presets, safetensors_io
 from explore_rl.models import tokenizer as tokenizer_lib
+from explore_rl.models.family import Weight
 from explore_rl.models.presets import ModelConfig
 from explore_rl.models.transformer import init_params
 
 EMBEDDED = "embedded"
 _EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-# (our per-layer name, HF suffix, GGUF suffix); projections are transposed on load.
-_LAYER_NAMES = [
-    ("attn_norm", "input_layernorm.weight", "attn_norm.weight"),
-    ("mlp_norm", "post_attention_layernorm.weight", "ffn_norm.weight"),
-    ("q", "self_attn.q_proj.weight", "attn_q.weight"),
-    ("k", "self_attn.k_proj.weight", "attn_k.weight"),
-    ("v", "self_attn.v_proj.weight", "attn_v.weight"),
-    ("o", "self_attn.o_proj.weight", "attn_output.weight"),
-    ("q_bias", "self_attn.q_proj.bias", "attn_q.bias"),
-    ("k_bias", "self_attn.k_proj.bias", "attn_k.bias"),
-    ("v_bias", "self_attn.v_proj.bias", "attn_v.bias"),
-    ("q_norm", "self_attn.q_norm.weight", "attn_q_norm.weight"),
-    ("k_norm", "self_attn.k_norm.weight", "attn_k_norm.weight"),
-    ("gate", "mlp.gate_proj.weight", "ffn_gate.weight"),
-    ("up", "mlp.up_proj.weight", "ffn_up.weight"),
-    ("down", "mlp.down_proj.weight", "ffn_down.weight"),
-]
-_TOP_NAMES = [
-    ("embed", "model.embed_tokens.weight", "token_embd.weight"),
-    ("final_norm", "model.norm.weight", "output_norm.weight"),
-    ("lm_head", "lm_head.weight", "output.weight"),
-]
-
-_PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down", "lm_head")
-_HF_LAYER = {n: h for n, h, _ in _LAYER_NAMES}
-_HF_TOP = {n: h for n, h, _ in _TOP_NAMES}
-_GGUF_LAYER = {n: g for n, _, g in _LAYER_NAMES}
-_GGUF_TOP = {n: g for n, _, g in _TOP_NAMES}
 
 # place(path, w, dtype): w (a memory-mapped view in our layout; a device array for random
 # weights) as a device array of `dtype`; a placer that shards it casts only the slices
@@ -71,29 +44,32 @@ _GGUF_TOP = {n: g for n, _, g in _TOP_NAMES}
 Place = Callable[[tuple, np.ndarray, np.dtype], jax.Array]
 
 
-def _to_layout(name: str, w: np.ndarray, shape: tuple) -> np.ndarray:
-    """HF [out, in] (or vector) -> our layout with target `shape`."""
-    if name in _PROJECTIONS:
-        w = w.T
-    if w.size != int(np.prod(shape)):
-        raise _ShapeError(w.shape)
-    return w.reshape(shape)
+def _tensors(cfg: ModelConfig) -> list[tuple[tuple, str, Weight]]:
+    """(path, HF name, Weight) of every tensor `cfg` has, in load order."""
+    out = []
+    for path, w in family.get(cfg.family).weights(cfg):
+        out.append((path, f"model.layers.{path[1]}.{w.hf}" if len(path) == 3 else w.hf, w))
+    return out
+
+
+def _to_layout(w: Weight, raw: np.ndarray, shape: tuple) -> np.ndarray:
+    """HF's layout ([out, in] linear layers, flat biases) -> ours, of `shape`."""
+    if w.linear_in:
+        raw = raw.T
+    if raw.size != math.prod(shape):
+        raise _ShapeError(raw.shape)
+    return raw.reshape(shape)
+
+
+def _from_layout(w: Weight, x: np.ndarray) -> np.ndarray:
+    """Ours -> HF's layout: `_to_layout` inverted."""
+    if w.linear_in:  # [in..., out...] -> [out, in]
+        return x.reshape(math.prod(x.shape[: w.linear_in]), -1).T
+    return x.reshape(-1) if w.hf_flat else x
 
 
 class _ShapeError(Exception):
     pass
-
-
-def _expected(cfg: ModelConfig) -> list[tuple[tuple, str, tuple]]:
-    """(path, name, shape) for every param the config needs, in load order."""
-    abstract = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
-    out = [(("embed",), "embed", abstract["embed"].shape)]
-    for i, layer in enumerate(abstract["layers"]):
-        out += [(("layers", i, n), n, layer[n].shape) for n, *_ in _LAYER_NAMES if n in layer]
-    out.append((("final_norm",), "final_norm", abstract["final_norm"].shape))
-    if "lm_head" in abstract:
-        out.append((("lm_head",), "lm_head", abstract["lm_head"].shape))
-    return out
 
 
 def default_place(path: tuple, w: np.ndarray, dtype) -> jax.Array:
@@ -101,26 +77,27 @@ def default_place(path: tuple, w: np.ndarray, dtype) -> jax.Array:
 
 
 def _assemble(
-    cfg: ModelConfig, read: Callable[[tuple, str], np.ndarray], source: str, place: Place | None
+    cfg: ModelConfig, read: Callable[[str], np.ndarray], source: str, place: Place | None
 ) -> dict:
     """Build the params pytree by reading, converting and placing one tensor at a time."""
     place = place or default_place
     dtype = ml_dtypes.bfloat16 if cfg.param_dtype == "bfloat16" else np.float32
     params: dict = {"layers": [{} for _ in range(cfg.n_layers)]}
-    for path, name, shape in tqdm(_expected(cfg), desc="load weights", leave=False):
-        raw = read(path, name)
+    for path, hf, weight in tqdm(_tensors(cfg), desc="load weights", leave=False):
+        raw = read(hf)
+        shape = weight.dims(cfg)
         try:
-            w = _to_layout(name, raw, shape)
+            w = _to_layout(weight, raw, shape)
         except _ShapeError:
             raise ValueError(
                 f"{source}: tensor for {'/'.join(map(str, path))} has shape {raw.shape}, "
                 f"the config expects {shape} (checkpoint and config do not match)"
             ) from None
         arr = place(path, w, dtype)
-        if path[0] == "layers":
-            params["layers"][path[1]][name] = arr
+        if len(path) == 3:
+            params["layers"][path[1]][path[2]] = arr
         else:
-            params[name] = arr
+            params[path[0]] = arr
     return params
 
 
@@ -137,8 +114,7 @@ def read_params(folder: str, cfg: ModelConfig, place: Place | None = None) -> di
     for f in files:
         index.update(safetensors_io.index(f))
 
-    def read(path, name):
-        hf = f"model.layers.{path[1]}.{_HF_LAYER[name]}" if path[0] == "layers" else _HF_TOP[name]
+    def read(hf):
         if hf not in index:
             raise ValueError(
                 f"{folder}: missing tensor {hf} in {[os.path.basename(f) for f in files]}"
@@ -153,8 +129,7 @@ def read_params(folder: str, cfg: ModelConfig, place: Place | None = None) -> di
 
 def gguf_config(reader, path: str, **overrides) -> ModelConfig:
     arch = gguf_io.field(reader, "general.architecture")
-    if arch not in presets.FAMILIES:
-        raise ValueError(f"{path}: unknown architecture {arch!r}: allowed {presets.FAMILIES}")
+    fam = family.by_gguf_architecture(arch, path)
     g = lambda k, d=None: gguf_io.field(reader, f"{arch}.{k}", d)  # noqa: E731
     n_heads, d = int(g("attention.head_count")), int(g("embedding_length"))
     names = {t.name for t in reader.tensors}
@@ -165,7 +140,7 @@ def gguf_config(reader, path: str, **overrides) -> ModelConfig:
         )
     tokens = gguf_io.field(reader, "tokenizer.ggml.tokens") or []
     cfg = ModelConfig(
-        family=arch,
+        family=fam.name,
         vocab_size=int(g("vocab_size", len(tokens))),
         d_model=d,
         n_layers=int(g("block_count")),
@@ -192,6 +167,7 @@ def _gguf_tensors(reader, cfg: ModelConfig, path: str) -> list[tuple[str, tuple,
     import gguf
 
     tensors = {t.name: t for t in reader.tensors}
+    permuted = family.get(cfg.family).gguf_permuted_qk
 
     def reader_of(key: str, name: str):
         def read():
@@ -200,29 +176,21 @@ def _gguf_tensors(reader, cfg: ModelConfig, path: str) -> list[tuple[str, tuple,
                 w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
             except Exception as e:
                 raise ValueError(f"{path}: cannot dequantize {key} ({e})") from None
-            if cfg.family == "llama" and name in ("q", "k"):
+            if permuted and name in ("q", "k"):
                 w = _unpermute_qk(w, cfg.n_heads if name == "q" else cfg.n_kv_heads)
             return w
 
         return read
 
     out = []
-    for p, name, _ in _expected(cfg):
-        key = f"blk.{p[1]}.{_GGUF_LAYER[name]}" if p[0] == "layers" else _GGUF_TOP[name]
-        hf = f"model.layers.{p[1]}.{_HF_LAYER[name]}" if p[0] == "layers" else _HF_TOP[name]
+    for p, hf, w in _tensors(cfg):
+        if w.gguf is None:
+            raise ValueError(f"{path}: family {cfg.family} names no GGUF tensor for {p[-1]}")
+        key = f"blk.{p[1]}.{w.gguf}" if len(p) == 3 else w.gguf
         if key not in tensors:
             raise ValueError(f"{path}: missing tensor {key}")
-        out.append((hf, tuple(int(n) for n in reversed(tensors[key].shape)), reader_of(key, name)))
+        out.append((hf, tuple(int(n) for n in reversed(tensors[key].shape)), reader_of(key, p[-1])))
     return out
-
-
-def _from_layout(name: str, w: np.ndarray) -> np.ndarray:
-    """Our layout -> HF's ([out, in] projections, flat biases): `_to_layout` inverted."""
-    if name == "o":  # [heads, H, D] -> [D, heads * H]
-        return w.reshape(-1, w.shape[-1]).T
-    if name in _PROJECTIONS:  # [D, ...] -> [out, D]
-        return w.reshape(w.shape[0], -1).T
-    return w.reshape(-1) if name.endswith("_bias") else w
 
 
 def save_hf(folder: str, params: dict, cfg: ModelConfig, dtype: str, max_shard_bytes: int):
@@ -234,15 +202,15 @@ def save_hf(folder: str, params: dict, cfg: ModelConfig, dtype: str, max_shard_b
     itemsize = np.dtype(safetensors_io.WRITE_DTYPES[dtype][1]).itemsize
     shards: list[list] = [[]]
     size = 0
-    for path, name, shape in _expected(cfg):
-        hf = f"model.layers.{path[1]}.{_HF_LAYER[name]}" if path[0] == "layers" else _HF_TOP[name]
-        leaf = params["layers"][path[1]][name] if path[0] == "layers" else params[name]
-        hf_shape = _from_layout(name, np.empty(shape, np.int8)).shape
+    for path, hf, w in _tensors(cfg):
+        leaf = params["layers"][path[1]][path[2]] if len(path) == 3 else params[path[0]]
+        shape = w.dims(cfg)
+        hf_shape = _from_layout(w, np.empty(shape, np.int8)).shape
         nbytes = itemsize * int(np.prod(shape))
         if shards[-1] and size + nbytes > max_shard_bytes:
             shards.append([])
             size = 0
-        shards[-1].append((hf, hf_shape, lambda n=name, x=leaf: _from_layout(n, np.asarray(x))))
+        shards[-1].append((hf, hf_shape, lambda w=w, x=leaf: _from_layout(w, np.asarray(x))))
         size += nbytes
     os.makedirs(folder, exist_ok=True)
     names = ["model.safetensors"] if len(shards) == 1 else [
