@@ -232,27 +232,6 @@ def _empty(cfg, n_slots, prompt_len, n_new, n_extra, rows, readout) -> _Slots:
     )
 
 
-def _put(out: Rollout, rows, t, choice) -> Rollout:
-    """Record each slot's drawn token at (row, t); rows = B (out of range) drops it."""
-    put = lambda a, v: a.at[rows, t].set(v, mode="drop")  # noqa: E731
-    return out.replace(
-        tokens=put(out.tokens, choice.token),
-        mask=put(out.mask, jnp.ones_like(rows, bool)),
-        logprobs=put(out.logprobs, choice.logprob),
-        entropy=put(out.entropy, choice.entropy),
-        sampling_entropy=put(out.sampling_entropy, choice.sampling_entropy),
-    )
-
-
-def _stop(out: Rollout, slots_row, live, token, stop_ids):
-    """(out with `finished` set for rows that drew a stop id, which slots stopped)."""
-    stopped = live & jnp.isin(token, jnp.asarray(stop_ids, jnp.int32))
-    finished = out.finished.at[jnp.where(stopped, slots_row, out.finished.shape[0])].set(
-        True, mode="drop"
-    )
-    return out.replace(finished=finished), stopped
-
-
 @functools.partial(jax.jit, static_argnames=("cfg", "config"), donate_argnames=("slots",))
 def _enter(
     params, cfg, slots: _Slots, enter, prompt_cache, prompt_last, rows, temperature, u,
@@ -292,8 +271,7 @@ def _enter(
     first = sampler.choose(
         transformer.lm_logits(params, cfg, last), temperature[r, 0], u[0, r], config
     )
-    out = _put(slots.out, jnp.where(new, row, b), jnp.zeros_like(row), first)
-    out, stopped = _stop(out, row, new, first.token, config.stop_ids)
+    out, stopped = sampler.record(slots.out, row, 0, first, new, config.stop_ids)
     return slots.replace(
         row=row,
         cache=cache,
@@ -319,24 +297,15 @@ def _chunk(params, cfg, slots: _Slots, wanted, temperature, u, config, iv, n_ste
     def body(carry):
         i, s = carry
         live, r, fed = ~s.done, jnp.minimum(s.row, b - 1), s.cache.index
-        o = transformer.hidden_states(
-            params,
-            cfg,
-            s.token[:, None],
-            s.position[:, None],
-            live[:, None],
-            s.cache,
-            sampler.steering(iv, r),
-        )
         t = jnp.minimum(fed + 1, n_new - 1)  # a live slot's fed token is never the last
-        c = sampler.choose(
-            transformer.lm_logits(params, cfg, o.hidden[:, 0]), temperature[r, t], u[t, r], config
-        )
-        write = jnp.where(live, s.row, b)
-        out = _put(s.out, write, t, c)
+        o, c = sampler.decode_step(
+            params, cfg, s.cache, s.token, s.position, live, sampler.steering(iv, r),
+            temperature[r, t], u[t, r], config,
+        )  # fmt: skip
+        out, stopped = sampler.record(s.out, s.row, t, c, live, config.stop_ids)
         if o.readout is not None:  # block output at the position of the fed token
+            write = jnp.where(live, s.row, b)
             out = out.replace(readout=out.readout.at[write, fed].set(o.readout[:, 0], mode="drop"))
-        out, stopped = _stop(out, s.row, live, c.token, config.stop_ids)
         s = s.replace(
             cache=o.cache.replace(index=jnp.where(live, t, fed)),
             position=jnp.where(live, s.position + 1, s.position),

@@ -223,21 +223,39 @@ class _State:
     out: Rollout
 
 
-def _record(state: _State, choice: _Choice, stop_ids) -> _State:
-    live, t = ~state.done, state.step
-    token = jnp.where(live, choice.token, 0)
-    o = state.out
-    o = o.replace(
-        tokens=o.tokens.at[:, t].set(token),
-        mask=o.mask.at[:, t].set(live),
-        logprobs=o.logprobs.at[:, t].set(jnp.where(live, choice.logprob, 0.0)),
-        entropy=o.entropy.at[:, t].set(jnp.where(live, choice.entropy, 0.0)),
-        sampling_entropy=o.sampling_entropy.at[:, t].set(
-            jnp.where(live, choice.sampling_entropy, 0.0)
-        ),
+def decode_step(params, cfg, cache, token, position, live, steer, temperature, u, config):
+    """One decode step, the one of both loops (`decode` and the slot engine's): feed each
+    live row's latest `token` [B] at its `position` [B], draw the next at its `temperature`
+    and uniform `u` [B]. Returns the forward's output (new cache, readout) and the draw."""
+    o = transformer.hidden_states(
+        params, cfg, token[:, None], position[:, None], live[:, None], cache, steer
     )
-    stopped = live & jnp.isin(token, jnp.asarray(stop_ids, jnp.int32))
-    return state.replace(done=state.done | stopped, out=o)
+    return o, choose(transformer.lm_logits(params, cfg, o.hidden[:, 0]), temperature, u, config)
+
+
+def record(out: Rollout, rows, t, choice: _Choice, live, stop_ids) -> tuple[Rollout, Array]:
+    """`out` with each live entry's draw written at (rows, t) (t one position or one per
+    entry) and rows that drew a stop id finished; and which entries stopped. Entries not
+    live write nothing: their place keeps the empty rollout's zeros."""
+    n = out.tokens.shape[0]
+    write = jnp.where(live, rows, n)  # out of range: dropped
+    put = lambda a, v: a.at[write, t].set(v, mode="drop")  # noqa: E731
+    stopped = live & jnp.isin(choice.token, jnp.asarray(stop_ids, jnp.int32))
+    out = out.replace(
+        tokens=put(out.tokens, choice.token),
+        mask=put(out.mask, jnp.ones_like(live)),
+        logprobs=put(out.logprobs, choice.logprob),
+        entropy=put(out.entropy, choice.entropy),
+        sampling_entropy=put(out.sampling_entropy, choice.sampling_entropy),
+        finished=out.finished.at[jnp.where(stopped, rows, n)].set(True, mode="drop"),
+    )
+    return out, stopped
+
+
+def _record(state: _State, choice: _Choice, stop_ids) -> _State:
+    rows = jnp.arange(state.done.shape[0])
+    out, stopped = record(state.out, rows, state.step, choice, ~state.done, stop_ids)
+    return state.replace(done=state.done | stopped, out=out)
 
 
 def steering(iv: Interventions | None, rows) -> Interventions | None:
@@ -446,23 +464,11 @@ def decode(params, cfg, state: _State, temperature, uniforms, config, interventi
         return (s.step + 1 < n_new) & ~jnp.all(s.done)
 
     def body(s: _State):
-        live = s.out.mask[:, s.step]
-        o = transformer.hidden_states(
-            params,
-            cfg,
-            s.out.tokens[:, s.step, None],
-            s.position[:, None],
-            live[:, None],
-            s.cache,
-            steer,
-        )
-        t = s.step + 1
-        c = choose(
-            transformer.lm_logits(params, cfg, o.hidden[:, 0]),
-            temperature[:, t],
-            uniforms[t],
-            config,
-        )
+        live, t = s.out.mask[:, s.step], s.step + 1
+        o, c = decode_step(
+            params, cfg, s.cache, s.out.tokens[:, s.step], s.position, live, steer,
+            temperature[:, t], uniforms[t], config,
+        )  # fmt: skip
         if o.readout is not None:  # block output at the position of response token t - 1
             # (a row's last token, its stop, is never fed back: its entry stays zero)
             fed = jnp.where(s.done[:, None], 0, o.readout[:, 0])
@@ -472,7 +478,7 @@ def decode(params, cfg, state: _State, temperature, uniforms, config, interventi
         return _record(s, c, config.stop_ids)
 
     state = jax.lax.while_loop(cond, body, state)
-    return parallel.replicated(state.out.replace(finished=state.done))  # for the host
+    return parallel.replicated(state.out)  # for the host
 
 
 def greedy(
