@@ -39,18 +39,28 @@ def get_config(arg: str | None = None):
     else:  # ASE paper, Sec. 4.1 and App. B-C (its Tables 7-9 are not in the text we cite)
         c.model.path = "models/Qwen3-1.7B-Base"  # Sec. 4.1: Qwen3-1.7B-Base (and 8B)
         c.task.train_path = "data/dapo_math_17k.jsonl"  # Sec. 4.1: DAPO-Math-17k
-        c.rollout.prompts = 64  # batch 64 prompts
+        c.rollout.prompts = 64  # Sec. 4.1: a training batch of 64 prompts
+        # Sec. 4.1: an actor mini-batch of 64 too, one pass: one optimizer step per batch, so
+        # the ratio is 1 at the update and only the importance weight (TIS) acts
+        c.rl.minibatches, c.rl.ppo_epochs = 1, 1
         c.rollout.group_size = 8  # Sec. 4.1: 8 rollouts, G = 8 (two per route)
-        c.rollout.temperature, c.rollout.top_p = 1.0, 1.0  # temperature 1.0
-        c.rollout.max_prompt_len = 1024  # App. C.1 filters long prompts; limit ours
-        c.rollout.max_new_tokens = 4096  # App. D evaluates at 4096 tokens; training ours
+        c.rollout.temperature, c.rollout.top_p = 1.0, 1.0  # Sec. 4.1: temperature 1.0, top-p 1
+        c.rollout.max_prompt_len = 1024  # Sec. 4.1: maximum prompt length 1024
+        c.rollout.max_new_tokens = 4096  # Sec. 4.1: maximum response length 4096
         c.rl.eps_low = c.rl.eps_high = 0.2  # Eq. 10: one clip range epsilon (verl's 0.2)
         c.rl.aggregation = "token_mean"  # Eq. 10: the mean over response tokens
         c.rl.kl_coef, c.rl.entropy_coef = 0.0, 0.0  # App. C.1: no KL, no entropy term
         c.optim.lr, c.optim.weight_decay = 1e-6, 0.01  # lr 1e-6, AdamW wd 0.01
         base.paper_memory(c)  # memory only: 8 x 80 GB (remat, token budget, slots)
-        c.train.steps = 1000  # not stated: ours (~3.7 epochs of 17,390 prompts)
+        # Sec. 4.1: four epochs of App. D.3's 17,390 filtered prompts in batches of 64; verl's
+        # training loader drops the last partial batch: 4 x 271
+        c.train.steps = 4 * (17_390 // 64)
         c.train.eval_every = c.train.checkpoint_every = 100  # App. B: every 100 steps
+        # App. B: MATH500 is evaluated during training and picks the checkpoint (its highest
+        # Mean@8); the other benchmarks are evaluated on that one only (--mode eval with
+        # eval.checkpoint=<workdir>/checkpoints/best and their task.test_paths)
+        c.task.test_paths = "data/math500.jsonl"
+        c.train.best_metric = "eval/math500/mean@8"
         c.eval.samples, c.eval.temperature, c.eval.top_p = 8, 0.6, 0.95  # App. B: Mean@8
         c.eval.max_new_tokens = 4096  # App. D: 4096
         e.min_pairs, e.interval, e.capacity = 128, 5, 2048  # B_min, Delta: ours

@@ -162,10 +162,13 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.train.checkpoint_every = 50  # steps between checkpoints (and one at the end)
     c.train.keep_checkpoints = 3  # newest kept; an older one is deleted once a newer is digested
     c.train.prune_checkpoints = False  # let a resume keep fewer checkpoints than the run has
+    # a held-out metric (e.g. "eval/math500/mean@8"): its highest step is checkpointed and
+    # kept beside the newest; eval.checkpoint=<workdir>/checkpoints/best reads it
+    c.train.best_metric = ""
     c.train.max_skipped_updates = 20  # stop after this many consecutive non-finite updates
     c.train.check_memory = True  # refuse a run whose estimated peak exceeds a device's memory
     c.train.allow_config_change = False  # resume a work directory whose run had another config
-    c.train.eval_every = 0  # steps between held-out evaluations; 0 = none during training
+    c.train.eval_every = 0  # steps between held-out evaluations (and after the last); 0: none
 
     c.logging = ConfigDict()  # metrics.jsonl and TensorBoard always; W&B when asked
     c.logging.wandb = False  # also log to Weights & Biases (WANDB_MODE=offline: no network)

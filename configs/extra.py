@@ -43,6 +43,14 @@ def get_config(arg: str | None = None):
         c.optim.lr = 3e-6  # App. B: learning rate 3e-6
         base.paper_memory(c)  # memory only: 8 x 80 GB (remat, token budget, slots)
         c.train.steps = 250  # App. B: 250 training steps
+        e.hard = "all_incorrect"  # Sec. 4.2 and App. B.5: a group with no correct response
+        # Sec. 5.5: 136k prompt instances against GRPO's 128k (512 x 250) at an equal batch,
+        # so guided prompts are (136 - 128) / 128 = 1/16 of the traffic: 32 of 512 groups.
+        # Here they replace groups rather than add to them (the rollout budget stays equal).
+        e.guided_frac = 1 / 16
+        # the public code embeds a response's last 512 tokens (the paper does not say; MiniLM
+        # reads 256 word pieces, so a whole response would be compared by its opening)
+        e.last_tokens = 512
         c.eval.samples = 16  # App. B.6: n = 16, pass@1 and pass@16
         c.eval.temperature, c.eval.top_p = 0.7, 0.9  # App. B.6: temperature 0.7, top-p 0.9
         c.eval.max_new_tokens = 31744  # App. B.6: 31,744 tokens

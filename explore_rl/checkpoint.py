@@ -48,13 +48,23 @@ class Damaged(Exception):
 
 
 class Checkpointer:
-    """`keep` newest steps of `workdir/checkpoints`; `main`: this process writes the digests
-    and deletes old steps (one process of a multi-process run)."""
+    """`keep` newest steps of `workdir/checkpoints`, and the best one by `best_metric` (a
+    held-out metric, the highest so far: `checkpoints/best.json` names its step, which is
+    kept beside the newest); `main`: this process writes the digests and deletes old steps
+    (one process of a multi-process run)."""
 
-    def __init__(self, workdir: str, keep: int = 3, main: bool = True):
+    def __init__(self, workdir: str, keep: int = 3, main: bool = True, best_metric: str = ""):
         self._pending: int | None = None  # the step whose background write may still fail
+        self._pending_best: dict | None = None  # its best.json, written once it is digested
         self.keep, self.main = keep, main
         self.folder = os.path.abspath(os.path.join(workdir, "checkpoints"))
+        self.best_metric = best_metric
+        self.best = read_best(self.folder) if best_metric else None
+        if self.best is not None and self.best["metric"] != best_metric:
+            raise ValueError(
+                f"train.best_metric={best_metric!r}: {self.folder}'s best checkpoint is by "
+                f"{self.best['metric']!r} (keep it, or start a new work directory)"
+            )
         self.manager = ocp.CheckpointManager(
             self.folder,
             # no max_to_keep: Orbax would delete the old steps before the new one is
@@ -96,13 +106,32 @@ class Checkpointer:
             multihost_utils.sync_global_devices(f"set aside checkpoint {step}")
         self.manager.reload()  # Orbax lists the steps when it opens
 
-    def save(self, step: int, state, force: bool = False):
+    def improves(self, metrics: dict) -> bool:
+        """Whether `metrics` (a step's, its evaluation included) beat the best so far."""
+        if not self.best_metric:
+            return False
+        if self.best_metric not in metrics:
+            evaluated = sorted(k for k in metrics if k.startswith("eval/"))
+            if evaluated:  # an evaluation ran and does not log it: a misspelt name
+                raise ValueError(
+                    f"train.best_metric={self.best_metric!r} is not an evaluation metric: "
+                    f"logged {evaluated[:6]}{' ...' if len(evaluated) > 6 else ''}"
+                )
+            return False
+        value = metrics[self.best_metric]
+        return self.best is None or value > self.best["value"]
+
+    def save(self, step: int, state, force: bool = False, best: float | None = None):
+        """Write `step` in the background; `best`: its value of `best_metric`, a new best
+        (recorded once the step is written and digested)."""
+        if best is not None:
+            self.best = {"metric": self.best_metric, "step": step, "value": float(best)}
         host = {path: h.data for path, h in host_states(state).items()}
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), host=ocp.args.JsonSave(host))
         self._wait()  # the previous write has had a step to finish: a failure is its own
         with self._reporting(step):
             self.manager.save(step, args=args, force=force)
-        self._pending = step
+        self._pending, self._pending_best = step, None if best is None else self.best
 
     def restore(self, step: int, like):
         """Restore into the structure, shapes, dtypes and shardings of `like`; each
@@ -141,18 +170,20 @@ class Checkpointer:
             self.manager.wait_until_finished()
         if self._pending is not None and self.main:
             write_digest(self.folder, self._pending)
+            if self._pending_best is not None:
+                _write_json(os.path.join(self.folder, BEST), self._pending_best)
             self._prune()
-        self._pending = None
+        self._pending = self._pending_best = None
 
     def _prune(self) -> None:
-        """Delete the steps older than the `keep` newest digested ones (with their digests):
-        a step is deleted only once `keep` newer ones are known good."""
+        """Delete the steps older than the `keep` newest digested ones (with their digests),
+        but the best: a step is deleted only once `keep` newer ones are known good."""
         known = digested(self.folder)
         if len(known) < self.keep:
             return
-        oldest_kept = known[-self.keep]
+        oldest_kept, best = known[-self.keep], _best_step(self.folder)
         for s in steps(self.folder):
-            if s < oldest_kept:
+            if s < oldest_kept and s != best:
                 shutil.rmtree(os.path.join(self.folder, str(s)))
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(_digest_path(self.folder, s))
@@ -181,6 +212,32 @@ class Checkpointer:
 
 
 NO_DIGEST = "no digest"
+BEST = "best.json"  # {"metric", "step", "value"} of a run's best checkpoint
+
+
+def read_best(folder: str) -> dict | None:
+    """The best checkpoint's record in a checkpoints folder; None without one, or when its
+    step is gone (set aside as damaged)."""
+    try:
+        with open(os.path.join(folder, BEST)) as f:
+            best = json.load(f)
+    except FileNotFoundError:
+        return None
+    return best if best["step"] in steps(folder) else None
+
+
+def _best_step(folder: str) -> int | None:
+    best = read_best(folder)
+    return None if best is None else best["step"]
+
+
+def _write_json(path: str, record) -> None:
+    """Written to a temporary name, synced, then renamed: all or nothing."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f, indent=0)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
 
 
 def steps(folder: str) -> list[int]:
@@ -219,13 +276,8 @@ def _file_digests(root: str) -> dict[str, list]:
 
 
 def write_digest(folder: str, step: int) -> None:
-    """Digest a finished step (written to a temporary name, then renamed: all or nothing)."""
-    path = _digest_path(folder, step)
-    with open(path + ".tmp", "w") as f:
-        json.dump(_file_digests(os.path.join(folder, str(step))), f, indent=0)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(path + ".tmp", path)
+    """Digest a finished step."""
+    _write_json(_digest_path(folder, step), _file_digests(os.path.join(folder, str(step))))
 
 
 def check_digest(folder: str, step: int) -> str | None:
@@ -328,11 +380,18 @@ def _reason(error: BaseException) -> str:
 
 
 def locate(path: str, step: int = 0, step_key: str = "eval.step") -> tuple[str, int]:
-    """(the checkpoints folder, the step) named by a run directory, its checkpoints folder
-    or one step's folder (`.../checkpoints/6`); `step` 0 = the newest complete one (the
-    config field that gave it: `step_key`). Steps that do not match their digest are
-    skipped (one line each); a damaged step named explicitly is refused."""
+    """(the checkpoints folder, the step) named by a run directory, its checkpoints folder,
+    one step's folder (`.../checkpoints/6`) or its best (`.../checkpoints/best`, by
+    `train.best_metric`); `step` 0 = the newest complete one (the config field that gave
+    it: `step_key`). Steps that do not match their digest are skipped (one line each); a
+    damaged step named explicitly is refused."""
     path = os.path.abspath(path)
+    parent = os.path.dirname(path)
+    if os.path.basename(path) == "best" and os.path.basename(parent) == "checkpoints":
+        best = read_best(parent)
+        if best is None:
+            raise ValueError(f"{path}: the run has no best checkpoint (train.best_metric)")
+        path = os.path.join(parent, str(best["step"]))
     if (
         os.path.basename(path).isdigit()
         and os.path.basename(os.path.dirname(path)) == "checkpoints"

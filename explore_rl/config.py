@@ -181,6 +181,11 @@ def validate(c: ConfigDict) -> None:
         c.train.keep_checkpoints >= 1,
         f"train.keep_checkpoints={c.train.keep_checkpoints}: need at least 1",
     )
+    _check(
+        not c.train.best_metric or (c.train.best_metric.startswith("eval/") and c.train.eval_every),
+        f"train.best_metric={c.train.best_metric!r}: an evaluation's metric ('eval/<set>/"
+        "<metric>', as logged) with train.eval_every > 0",
+    )
     _check(c.eval.samples >= 1, f"eval.samples={c.eval.samples}: need at least 1")
     _check(
         c.reward.workers >= 1 and c.reward.timeout > 0 and c.reward.memory_mb >= 0,

@@ -108,3 +108,39 @@ def test_keeping_fewer_checkpoints_than_the_run_has_is_refused_unless_asked(tmp_
     saved = checkpoint_lib.restore_subset(folder, 3, {"state": {"params": progress.state.params}})
     leaves = zip(jax.tree.leaves(saved), jax.tree.leaves(progress.state.params), strict=True)
     assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in leaves)
+
+
+def test_the_best_step_is_kept_beside_the_newest_and_read_back_on_resume(tmp_path):
+    metric = "eval/task/mean@8"
+    ckpt = checkpoint_lib.Checkpointer(str(tmp_path), keep=1, best_metric=metric)
+    for step, value in enumerate([0.2, 0.5, 0.3, 0.4], start=1):
+        best = value if ckpt.improves({metric: value, "reward/mean": 1.0}) else None
+        ckpt.save(step, {"x": jnp.full(4, float(step))}, best=best)
+    ckpt.close()
+    folder = ckpt.folder
+    assert checkpoint_lib.steps(folder) == checkpoint_lib.digested(folder) == [2, 4]
+    assert checkpoint_lib.read_best(folder) == {"metric": metric, "step": 2, "value": 0.5}
+    assert checkpoint_lib.locate(os.path.join(folder, "best")) == (folder, 2)
+    again = checkpoint_lib.Checkpointer(str(tmp_path), keep=1, best_metric=metric)
+    assert not again.improves({metric: 0.45}) and again.improves({metric: 0.6})
+    assert not again.improves({"reward/mean": 1.0})  # a step without an evaluation
+    with pytest.raises(ValueError, match=r"best_metric='eval/task/mean@8' is not an evaluation"):
+        again.improves({"eval/task/pass@1": 0.7})  # evaluated, but not what was named
+    again.close()
+    with pytest.raises(ValueError, match=r"best checkpoint is by 'eval/task/mean@8'"):
+        checkpoint_lib.Checkpointer(str(tmp_path), keep=1, best_metric="eval/task/pass@1")
+
+
+def test_a_run_checkpoints_its_best_evaluation_and_eval_reads_it(tmp_path):
+    c = _config(3, keep=1)
+    c.train.eval_every, c.train.best_metric = 1, "eval/arithmetic/pass@1"
+    loop.train(c, str(tmp_path))
+    values = [row[c.train.best_metric] for row in read_metrics(str(tmp_path))]
+    best = 1 + int(np.argmax(values))  # the first of equal highs
+    folder = str(tmp_path / "checkpoints")
+    assert checkpoint_lib.steps(folder) == sorted({best, 3})
+    assert checkpoint_lib.read_best(folder)["step"] == best
+    assert checkpoint_lib.locate(str(tmp_path / "checkpoints" / "best")) == (folder, best)
+    c.train.eval_every = 0
+    with pytest.raises(ValueError, match=r"train.best_metric=.*with train.eval_every > 0"):
+        loop.train(c, str(tmp_path / "other"))

@@ -45,7 +45,8 @@ def encoder():
 
 
 def test_minilm_matches_sentence_transformers(encoder):
-    st = pytest.importorskip("sentence_transformers")
+    import sentence_transformers as st  # a dev requirement: missing, this fails, not skips
+
     ref = st.SentenceTransformer(minilm.embedded_path(), device="cpu").encode(
         SENTENCES, normalize_embeddings=True
     )
@@ -109,6 +110,17 @@ def test_smoothing_at_tau_one_tenth_by_hand():
         w = [math.exp((z[i] @ z[j]) / 0.1) for j in range(3)]
         assert out[i] == pytest.approx(sum(wj * hj for wj, hj in zip(w, h)) / sum(w))
     assert int(np.argmin(out)) == 1
+
+
+def test_prefixes_that_embed_alike_go_to_the_lowest_entropy_not_the_oldest():
+    # long prefixes MiniLM reads the same 256 word pieces of: one embedding, so every
+    # smoothed score is equal, and the choice is the entry's own MTE
+    z = np.tile([[0.6, 0.8]], (4, 1))
+    mte = np.array([0.9, 0.7, 0.2, 0.5])
+    smoothed = extra.smooth_scores(z, mte, 0.1)
+    assert len(set(smoothed.tolist())) == 1
+    assert extra.lowest(smoothed, mte) == 2
+    assert extra.lowest(np.array([0.3, 0.1, 0.1]), np.array([0.0, 0.5, 0.4])) == 2
 
 
 def test_regeneration_pushes_the_lowest_entropy_prefix_of_a_hard_group():

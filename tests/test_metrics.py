@@ -18,6 +18,21 @@ def test_pass_at_k_matches_the_binomial_formula():
         pass_at_k(4, 1, 5)
 
 
+def test_worst_at_k_is_the_chance_that_k_drawn_samples_are_all_correct():
+    for n, c, k in [(16, 3, 1), (16, 12, 8), (16, 3, 4), (16, 16, 16), (256, 250, 64), (5, 4, 2)]:
+        exact = math.comb(c, k) / math.comb(n, k)
+        assert metrics_lib.worst_at_k(n, c, k) == pytest.approx(exact, rel=1e-9, abs=1e-12)
+    # by enumeration: 2 of 4 drawn from [1, 1, 1, 0] are both correct in 3 of the 6 pairs
+    assert metrics_lib.worst_at_k(4, 3, 2) == pytest.approx(0.5)
+    correct = np.array([[1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 1, 0]], bool)
+    curve = metrics_lib.worst_at_ks(correct)
+    assert curve[1] == pytest.approx(mean_at_k(correct))  # one sample: the mean
+    assert curve[2] == pytest.approx((0 + 1 + 0.5) / 3)
+    assert curve[4] == pytest.approx(1 / 3)  # all four correct: the second question only
+    with pytest.raises(ValueError, match="k=5"):
+        metrics_lib.worst_at_k(4, 1, 5)
+
+
 def test_curves_mean_and_majority():
     correct = np.array([[1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]], bool)
     curve = pass_at_ks(correct)

@@ -24,7 +24,12 @@ pytestmark = pytest.mark.slow
 
 
 def test_smoke_cli_writes_the_run_directory_and_reruns(tmp_path):
-    args = ["--config=configs/grpo.py:smoke", f"--workdir={tmp_path}"]
+    # evaluated every 2 steps of 3: at step 2, and after the last step whatever the period
+    args = [
+        "--config=configs/grpo.py:smoke",
+        f"--workdir={tmp_path}",
+        "--config.train.eval_every=2",
+    ]
     out = run_main(*args)
     assert out.returncode == 0, out.stderr[-3000:]
     names = set(os.listdir(tmp_path))
@@ -34,6 +39,7 @@ def test_smoke_cli_writes_the_run_directory_and_reruns(tmp_path):
     assert checkpoint.steps(folder) == checkpoint.digested(folder) == [2, 3]
     rows = read_metrics(str(tmp_path))
     assert [r["step"] for r in rows] == [1, 2, 3]
+    assert ["eval/arithmetic/pass@1" in r for r in rows] == [False, True, True]
     for key in (
         "reward/mean",
         "groups/zero_adv_frac",
@@ -49,7 +55,8 @@ def test_smoke_cli_writes_the_run_directory_and_reruns(tmp_path):
     assert "task: arithmetic: 2000 training problems; held out: arithmetic (4)" in said
     assert "methods: none (GRPO)" in said
     assert f"run: {tmp_path} (new); tensorboard --logdir {tmp_path}" in said
-    assert any(s.startswith(f"done: 3 steps in {tmp_path}; step 3: reward/mean ") for s in said)
+    done = [s for s in said if s.startswith(f"done: 3 steps in {tmp_path}; step 3: reward/mean ")]
+    assert len(done) == 1 and re.search(r"pass@1 [\d.]+, eval/average/pass@2 [\d.]+$", done[0])
     again = run_main(*args)
     assert again.returncode == 0 and len(read_metrics(str(tmp_path))) == 3  # resumed at the end
     assert f"{tmp_path}: finished at step 3 (train.steps=3): nothing to train" in again.stderr

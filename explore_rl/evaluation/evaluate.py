@@ -107,10 +107,11 @@ def _records(name: str, chunk: list[Problem], r, answers: list[list]) -> list[di
 
 
 def _benchmark_metrics(name: str, correct, answers, diverse: list[dict], n: int) -> dict:
-    """Mean@n, Pass@k, Maj@n of one benchmark's [Q, n] correctness, and the diversity of
-    its correct responses when measured."""
+    """Mean@n, Pass@k, Worst@k, Maj@n of one benchmark's [Q, n] correctness, and the
+    diversity of its correct responses when measured."""
     out = {f"eval/{name}/mean@{n}": metrics.mean_at_k(correct)}
     out.update({f"eval/{name}/pass@{k}": v for k, v in metrics.pass_at_ks(correct).items()})
+    out.update({f"eval/{name}/worst@{k}": v for k, v in metrics.worst_at_ks(correct).items()})
     out[f"eval/{name}/maj@{n}"] = metrics.maj_at_k(answers, correct, n)
     for key in ("distinct4", "self_bleu", "logdet"):
         values = [d[key] for d in diverse if np.isfinite(d[key])]  # NaN: < 4 tokens

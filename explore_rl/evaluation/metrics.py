@@ -5,6 +5,7 @@ correct: [P, n] booleans (question p, sample i). All metrics average over questi
 - Mean@k: expected accuracy of one of the first k samples.
 - Pass@k: the unbiased estimator 1 - C(n - c, k) / C(n, k) of Chen et al. 2021 (Codex,
   Eq. 1), computed as a stable product, for every k <= n.
+- Worst@k: C(c, k) / C(n, k), the chance that k samples are all correct (EAD paper).
 - Maj@k: majority vote over the first k samples' answers (ties: the answer seen first);
   correct when the voted answer is.
 - Answer disagreement: the fraction of pairs of one question's samples whose final answers
@@ -40,6 +41,23 @@ def pass_at_ks(correct: np.ndarray) -> dict[int, float]:
     n = correct.shape[1]
     counts = correct.sum(axis=1)
     return {k: float(np.mean([pass_at_k(n, int(c), k) for c in counts])) for k in range(1, n + 1)}
+
+
+def worst_at_k(n: int, c: int, k: int) -> float:
+    """C(c, k) / C(n, k) = prod_{i < k} (c - i) / (n - i): the chance that k of the n
+    samples, drawn without replacement, are all correct (the EAD paper's Worst@k, Sec. 5.2;
+    unbiased as `pass_at_k` is)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    return float(np.prod((c - np.arange(k)) / (n - np.arange(k)))) if c >= k else 0.0
+
+
+def worst_at_ks(correct: np.ndarray) -> dict[int, float]:
+    """Worst@k for k = 1..n, averaged over questions."""
+    correct = np.asarray(correct, bool)
+    n = correct.shape[1]
+    counts = correct.sum(axis=1)
+    return {k: float(np.mean([worst_at_k(n, int(c), k) for c in counts])) for k in range(1, n + 1)}
 
 
 def mean_at_k(correct: np.ndarray, k: int | None = None) -> float:

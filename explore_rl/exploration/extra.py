@@ -9,7 +9,12 @@ correct siblings. r_int = 1[correct] (1 - max_{z' in Phi} cos(z, z')) (ExTra pap
 a correct response with an empty Phi (the first one ever seen for its problem, alone in
 its group) gets 1 (ours). It enters the advantage after GRPO's normalisation,
 A = A_GRPO + gamma r_int (the paper), or as a reward before it (`novelty_at = "before"`:
-the public code's default). The step's correct embeddings then join the memory.
+where the public code adds it; that code's other novelty details, a per-group
+normalisation of the bonus, an exp(-lambda Var) scale, an 8-entry warm-up and an unbounded
+memory, are not implemented, so "before" is that ordering alone). The step's correct
+embeddings then join the memory. The paper's Table 6 compares other novelty signals:
+count-based n-grams are close to `features = "ngram"` (hashed 4-gram count vectors, by
+cosine); policy surprise is not implemented.
 
 Prefix regeneration (ExTra-R, from step `warmup` on). A problem is hard when its pass rate
 is <= 1/G (`hard = "pass_rate"`, the public code) or when every rollout failed
@@ -23,9 +28,10 @@ almost the whole response); at most `max_cuts` evenly spaced ones remain. A cut'
 score is the mean token entropy (MTE) of the response up to and including it. Each cut's
 prefix joins the problem's prefix memory (at most `max_prefixes`, the oldest leave first)
 with its embedding; the scores are smoothed over that memory, h~ = softmax(E E^T / tau) h
-(tau = 0.1, the paper; the authors' scripts used 1.0), and the prefix with the lowest h~
+(tau = 0.1, the paper's App. B), and the prefix with the lowest h~
 is chosen (cuts whose guided prompt would pass `rollout.max_prompt_len` are dropped; MiniLM
-reads a text's first 256 word pieces, so prefixes longer than that embed alike). The
+reads a text's first 256 word pieces, so prefixes longer than that embed alike, and a tie
+goes to the lowest own MTE, not to the oldest entry). The
 guided prompt (the problem with the chosen prefix in the assistant turn) is pushed to a
 FIFO queue (at most `queue`, the oldest dropped) and replaces the tail of a later batch as
 its own group: at most `guided_frac` of the batch's groups (ours). A guided
@@ -86,7 +92,7 @@ class ExTra(Explorer):
         c.novelty = True  # ExTra-N: the correctness-gated novelty reward
         c.regen = True  # ExTra-R: entropy-guided prefix regeneration
         c.gamma = 1.0  # novelty coefficient; ExTra paper, App. B: 1.0
-        c.novelty_at = "after"  # after GRPO's normalisation (the paper) | before (the code)
+        c.novelty_at = "after"  # after GRPO's normalisation (the paper) | before (as a reward)
         c.memory = 0  # correct responses remembered per problem; 0 = G (ExTra paper: 6 = G)
         c.features = "minilm"  # novelty features: minilm | ngram | hidden (policy state)
         c.encoder = "embedded"  # all-MiniLM-L6-v2 of the wheel, or a sentence-transformers dir
@@ -96,7 +102,7 @@ class ExTra(Explorer):
         c.min_gap = 32  # tokens between kept cut points
         c.max_cuts = 15  # cut points kept per response, evenly spaced
         c.max_prefixes = 128  # prefixes remembered per problem; ExTra paper, App. B.5: 128
-        c.tau = 0.1  # smoothing temperature; ExTra paper, App. B: 0.1 (its scripts: 1.0)
+        c.tau = 0.1  # smoothing temperature; ExTra paper, App. B: 0.1
         c.queue = 4096  # guided prompts waiting; ExTra paper, App. B.5: 4,096
         c.guided_frac = 0.5  # most of a batch's groups that guided prompts replace (ours)
         c.clamp_guided = False  # guided rows' advantages floored at 0
@@ -296,7 +302,7 @@ class ExTra(Explorer):
                 np.asarray([x["mte"] for x in entries]),
                 e.tau,
             )
-            best = entries[int(np.argmin(smoothed))]
+            best = entries[lowest(smoothed, np.asarray([x["mte"] for x in entries]))]
             chosen.append(best["mte"])
             random_mte.append(scores[int(rng.integers(len(scores)))])
             fresh.append(
@@ -366,6 +372,12 @@ def smooth_scores(z: np.ndarray, h: np.ndarray, tau: float) -> np.ndarray:
     logits = z @ z.T / tau
     w = np.exp(logits - logits.max(axis=1, keepdims=True))
     return (w / w.sum(axis=1, keepdims=True)) @ h
+
+
+def lowest(smoothed: np.ndarray, mte: np.ndarray) -> int:
+    """The entry with the lowest smoothed score; among equal ones (prefixes that embed
+    alike: MiniLM reads 256 word pieces), the lowest own MTE, not the oldest."""
+    return int(np.lexsort((mte, smoothed))[0])
 
 
 def ngram_vector(tokens: np.ndarray, n: int = 4) -> np.ndarray:

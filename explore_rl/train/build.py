@@ -133,7 +133,9 @@ def start(c, workdir: str, verifier: Verifier, mesh: Mesh | None = None):
     intact checkpoint if there is one."""
     config_lib.validate(c)
     checkpoint_lib.open_workdir(workdir)
-    ckpt = Checkpointer(workdir, c.train.keep_checkpoints, main=parallel.is_main_process())
+    ckpt = Checkpointer(
+        workdir, c.train.keep_checkpoints, parallel.is_main_process(), c.train.best_metric
+    )
     step = ckpt.newest_intact()
     if step:  # before anything is loaded: a run of another config is refused now
         check_same_run(c, workdir)
@@ -241,16 +243,22 @@ def what_runs(run: Run, workdir: str, step: int) -> str:
 
 
 def check_kept(c, ckpt: Checkpointer) -> None:
-    """A resume that keeps fewer checkpoints than the run has would delete the oldest at
-    its next save: refused unless `train.prune_checkpoints`. The run's known-good steps
-    count (a newest step a kill left without its digest is the rotation's, not kept);
-    all of them for a run written before digests."""
-    have = len(checkpoint_lib.digested(ckpt.folder) or checkpoint_lib.steps(ckpt.folder))
-    if have > c.train.keep_checkpoints and not c.train.prune_checkpoints:
+    """A resume that keeps fewer checkpoints than the run has would delete more than the
+    oldest one at its next save: refused unless `train.prune_checkpoints`. The run's
+    known-good steps count (a newest step a kill left without its digest is the
+    rotation's, not kept); all of them for a run written before digests; its best step
+    (`train.best_metric`) is kept whatever `keep_checkpoints` is."""
+    known = checkpoint_lib.digested(ckpt.folder) or checkpoint_lib.steps(ckpt.folder)
+    keep = c.train.keep_checkpoints
+    stays = set(known[len(known) - keep + 1 :] if keep > 1 else [])  # beside the next save
+    if ckpt.best is not None:
+        stays.add(ckpt.best["step"])
+    extra = len([s for s in known if s not in stays]) - 1  # the rotation deletes one
+    if extra > 0 and not c.train.prune_checkpoints:
         raise ValueError(
-            f"train.keep_checkpoints={c.train.keep_checkpoints} would delete "
-            f"{have - c.train.keep_checkpoints} of the {have} checkpoints in {ckpt.folder} at "
-            f"the next save: keep {have}, or --config.train.prune_checkpoints=True"
+            f"train.keep_checkpoints={keep} would delete {extra} of the {len(known)} "
+            f"checkpoints in {ckpt.folder} at the next save: keep {keep + extra}, or "
+            "--config.train.prune_checkpoints=True"
         )
 
 

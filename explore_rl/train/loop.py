@@ -96,8 +96,9 @@ def _train(c, workdir: str, verifier: Verifier, mesh: Mesh):
             if (step + 1) % c.train.log_every == 0 or step + 1 == c.train.steps:
                 logger.log(step + 1, metrics, _samples(ro, run.tok, c.train.samples_to_log))
             due = (step + 1) % c.train.checkpoint_every == 0 or step + 1 == c.train.steps
-            if due or stop.received is not None:
-                ckpt.save(step + 1, progress, force=not due)
+            best = metrics[c.train.best_metric] if ckpt.improves(metrics) else None
+            if due or best is not None or stop.received is not None:
+                ckpt.save(step + 1, progress, force=not due, best=best)
             bar.set_postfix(
                 reward=f"{metrics['reward/mean']:.3f}",
                 zero_adv=f"{metrics['groups/zero_adv_frac']:.2f}",
@@ -161,17 +162,20 @@ def _summary(workdir: str, start_step: int, steps: int, metrics: dict | None) ->
             f"{workdir}: finished at step {start_step} (train.steps={steps}): nothing to "
             "train (raise --config.train.steps to continue it)"
         )
-    held_out = {k: v for k, v in metrics.items() if k.startswith("eval/average/pass@1")}
+    ks = sorted(int(k.rsplit("@", 1)[1]) for k in metrics if k.startswith("eval/average/pass@"))
+    pass_at = [f"eval/average/pass@{k}" for k in ks[:1] + ks[-1:]]  # Pass@1 and Pass@n
+    held_out = {k: metrics[k] for k in pass_at}
     said = ", ".join(f"{k} {v:.3f}" for k, v in {"reward/mean": metrics["reward/mean"],
                      **held_out}.items())  # fmt: skip
     return f"done: {steps} steps in {workdir}; step {steps}: {said}"
 
 
 def _evaluate_if_due(run, progress, step: int, metrics: dict, stop: _StopSignals) -> bool:
-    """The held-out evaluation after `step` when `train.eval_every` asks for it, into
+    """The held-out evaluation after `step` when `train.eval_every` asks for it, and after
+    the last step whenever it is set (what a run ends with is always measured), into
     `metrics`; False if a stop signal cut it short (no partial result is logged)."""
-    every = run.config.train.eval_every
-    if not every or step % every:
+    every, last = run.config.train.eval_every, run.config.train.steps
+    if not every or (step % every and step != last):
         return True
     try:
         metrics.update(
