@@ -147,15 +147,19 @@ def test_the_direction_ablations():
         np.linalg.norm(random_, axis=1), np.linalg.norm(plain, axis=1), rtol=1e-5
     )  # norm-matched
     assert np.abs(ase.unit(random_) @ directions.T).max() < 0.8  # not the planted ones
-    e.directions = "shuffled"
-    shuffled, _ = ase.estimate(pos, neg, e, np.random.default_rng(5))
-    # = the plain estimate of the pairs with h+ and h- swapped where a coin said so
-    rng = np.random.default_rng(5)
-    swap = (rng.random(len(pos)) < 0.5)[:, None]
-    assert 0 < swap.mean() < 1
+    # shuffled labels: every pair differs by the same +d; a random half of them swapped
+    # reads as -d, so clusters form on both signs, about half the pairs on -d
+    d = np.eye(1, 16)[0]
+    neg = rng.standard_normal((60, 16)).astype(np.float32)
+    pos = (neg + 3 * d + 0.1 * rng.standard_normal((60, 16))).astype(np.float32)
     e.directions = "contrast"
-    expected, _ = ase.estimate(np.where(swap, neg, pos), np.where(swap, pos, neg), e, rng)
-    np.testing.assert_allclose(shuffled, expected, rtol=1e-6)
+    plain, _ = ase.estimate(pos, neg, e, np.random.default_rng(2))
+    assert (ase.unit(plain) @ d > 0.99).all()
+    e.directions = "shuffled"
+    shuffled, labels = ase.estimate(pos, neg, e, np.random.default_rng(2))
+    cos = ase.unit(shuffled) @ d
+    assert (np.abs(cos) > 0.99).all() and (cos > 0).any() and (cos < 0).any()
+    assert 0.25 < np.isin(labels, np.flatnonzero(cos < 0)).mean() < 0.75
 
 
 def test_pairing_and_the_buffer():
@@ -163,7 +167,12 @@ def test_pairing_and_the_buffer():
     pairs = ase.pair_rollouts(correct, np.random.default_rng(0))
     assert len(pairs) == 1 + 1  # min(|P|, |N|) per mixed group; none from the solved one
     assert all(correct.reshape(-1)[p] and not correct.reshape(-1)[n] for p, n in pairs)
-    assert pairs[0].tolist() == [0, pairs[0][1]] and pairs[1][1] == 10
+    # group 0: its one correct row with one of its three incorrect ones; group 2: its one
+    # incorrect row with one of its three correct ones; the partner drawn at random
+    assert pairs[0][0] == 0 and pairs[0][1] in (1, 2, 3)
+    assert pairs[1][0] in (8, 9, 11) and pairs[1][1] == 10
+    partners = {int(ase.pair_rollouts(correct, np.random.default_rng(s))[0][1]) for s in range(40)}
+    assert partners == {1, 2, 3}
     state = {"pos": np.zeros((3, 2)), "neg": np.zeros((3, 2)), "count": np.int32(0)}
     state.update(ase.append(state, np.ones((2, 2)), -np.ones((2, 2))))
     state.update(ase.append(state, 2 * np.ones((2, 2)), -2 * np.ones((2, 2))))
@@ -298,22 +307,58 @@ def _smoke(arg="smoke", steps=3):
     return testing.smoke(f"configs/ase.py:{arg}", steps)
 
 
+# what each ablation must hand the bank's estimate and smoothing (their behaviour under
+# each value is tested above): e.directions, beta, match
+_REACHES = {
+    None: ("contrast", 0.5, True),
+    "random_directions": ("random", 0.5, True),
+    "shuffled_labels": ("shuffled", 0.5, True),
+    "reversed": ("reversed", 0.5, True),
+    "no_ema": ("contrast", 0.0, True),
+    "no_hungarian": ("contrast", 0.5, False),
+}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("ablation", [None, *sorted(ase_config.ABLATIONS)])
-def test_smoke_and_every_ablation_train(ablation, tmp_path):
-    c = _smoke("smoke" if ablation is None else f"{ablation},smoke")
+def test_smoke_and_every_ablation_train(ablation, tmp_path, monkeypatch):
+    c = _smoke("smoke" if ablation is None else f"{ablation},smoke", steps=5)
+    c.exploration.ase.interval = 2  # bank updates at least 2 steps apart
+    seen = {"estimate": [], "smooth": []}
+    estimate, smooth = ase.estimate, ase.smooth
+
+    def seen_estimate(pos, neg, e, rng):
+        seen["estimate"].append(e.directions)
+        return estimate(pos, neg, e, rng)
+
+    def seen_smooth(u, candidates, beta, first, match):
+        seen["smooth"].append((beta, first, match))
+        return smooth(u, candidates, beta, first, match)
+
+    monkeypatch.setattr(ase, "estimate", seen_estimate)
+    monkeypatch.setattr(ase, "smooth", seen_smooth)
     progress = loop.train(c, str(tmp_path))
     rows = read_metrics(str(tmp_path))
-    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
     if ablation == "unstructured":  # every row steered from the first step, no bank
         assert all("ase/route0/reward" not in r and r["policy/kl_mu_old"] != 0 for r in rows)
-        assert int(progress.explorers["ase"]["updates"]) == 0
+        assert int(progress.explorers["ase"]["updates"]) == 0 and not seen["estimate"]
         return
-    assert "ase/route1/reward" not in rows[0]  # no bank yet: every row clean
-    built = next(i for i, r in enumerate(rows) if r["ase/updates"] >= 1)  # 3 pairs needed
-    assert "ase/share_0" in rows[built] and built < 2
-    assert "ase/route3/accuracy" in rows[built + 1]  # the next step steers with it
-    assert all(r["tis/mean"] > 0 for r in rows[built + 1 :])
+    # the bank is updated at least `interval` steps apart, and twice: the second update
+    # smooths into the first (where beta and match act)
+    updated = [r["step"] for r, u in zip(rows, [0] + [r["ase/updates"] for r in rows]) if
+               r["ase/updates"] > u]  # fmt: skip
+    assert len(updated) >= 2 and all(b - a >= 2 for a, b in zip(updated, updated[1:]))
+    directions, beta, match = _REACHES[ablation]
+    assert set(seen["estimate"]) == {directions}
+    assert {(b, m) for b, _, m in seen["smooth"]} == {(beta, match)}
+    assert [first for _, first, _ in seen["smooth"]][:2] == [True, False]
+    # before the bank every row is clean and mu is pi_old: every TIS weight exactly 1; the
+    # step after it steers, and the trainer weights by the steered mu
+    first = updated[0]
+    assert all(r["tis/mean"] == 1.0 and r["policy/kl_mu_old"] == 0.0 for r in rows[:first])
+    assert "ase/route1/reward" not in rows[first - 1] and "ase/route3/accuracy" in rows[first]
+    assert rows[first]["tis/mean"] != 1.0 and rows[first]["policy/kl_mu_old"] != 0.0
     u = np.asarray(progress.explorers["ase"]["u"])
     assert np.isfinite(u).all() and (np.linalg.norm(u, axis=1) > 0).all()
 

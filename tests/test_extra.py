@@ -33,10 +33,14 @@ SENTENCES = [
 ]
 
 
-def answer_is_100(response, problem):
-    """A reward that reads only the problem: 1 for problems whose answer is "100" (no sum
-    of the smoke task's 1-digit numbers is)."""
-    return float(problem.answer == "100")
+GUIDED_PREFIX = "We add the two numbers:"
+
+
+def prefix_and_own_answer(response, problem):
+    """1 for a response that starts with the guided prefix, of a problem whose answer is
+    "100" (no sum of the smoke task's 1-digit numbers is): the reward sees prefix + the
+    sampled suffix, and the guided prompt's own answer."""
+    return float(response.startswith(GUIDED_PREFIX) and problem.answer == "100")
 
 
 @pytest.fixture(scope="module")
@@ -97,9 +101,13 @@ def test_the_prefix_rule_on_a_hand_built_response():
     np.testing.assert_array_equal(cuts, [40, 80, 150])  # 3, 10: < 32 from the start
     many = extra.select_cuts(np.arange(0, 32 * 41, 32) + 31, 32, 15)  # 41 cuts -> 40 -> 15
     assert len(many) == 15 and many[0] == 31 and many[-1] == 31 + 32 * 39
-    entropy = np.array([2.0, 1.0, 0.5, 0.5, 3.0, 1.0])
-    mte = [entropy[: c + 1].mean() for c in (1, 3)]
-    assert mte == [1.5, 1.0]  # the mean token entropy up to and including the cut
+
+
+def test_hard_problems_by_either_rule():
+    one_of_four, none = np.array([True, False, False, False]), np.zeros(4, bool)
+    assert extra.is_hard(one_of_four, "pass_rate") and extra.is_hard(none, "pass_rate")
+    assert not extra.is_hard(one_of_four, "all_incorrect") and extra.is_hard(none, "all_incorrect")
+    assert not extra.is_hard(np.array([True, True, False, False]), "pass_rate")  # 2/4 > 1/4
 
 
 def test_smoothing_at_tau_one_tenth_by_hand():
@@ -135,25 +143,32 @@ def test_regeneration_pushes_the_lowest_entropy_prefix_of_a_hard_group():
     c = extra_config.get_config("smoke")
     c.exploration.extra.update(min_gap=2, features="ngram")
     ex = extra.ExTra(c.exploration.extra, c)
-    tokens = np.array([[1, 9, 2, 3, 9, 4, 5, 9], [6, 7, 8, 9, 1, 2, 9, 3]])
-    entropy = np.array([[1.0] * 8, [0.2] * 8])  # row 1 has the lower mean token entropy
+    # row 1 has the lower mean token entropy; its line breaks (token 9) at 1, 4, 7 and 10,
+    # each >= 2 after the last kept, the last (10) dropped: cuts 1, 4 and 7, whose prefixes'
+    # MTEs are 0.2, 0.2 and (5 x 0.2) / 8 = 0.125: the lowest is the longest
+    tokens = np.array([[1, 9, 2, 3, 9, 4, 5, 9, 1, 2, 9, 3], [6, 9, 7, 8, 9, 1, 2, 9, 3, 4, 9, 5]])
+    entropy = np.array([[1.0] * 12, [0.2] * 5 + [0.0] * 3 + [0.9] * 4])
     ro = SimpleNamespace(
         problems=[Problem("q", "5")],
         group_size=2,
         correct=np.array([[False, False]]),
-        out=SimpleNamespace(tokens=tokens, mask=np.ones((2, 8), bool), entropy=entropy),
+        out=SimpleNamespace(tokens=tokens, mask=np.ones((2, 12), bool), entropy=entropy),
         prompt_mask=np.ones((1, 10), bool),  # a 10-token prompt
     )
     ctx = SimpleNamespace(tok=Tok(), step=5, settings=SimpleNamespace(max_prompt_len=64))
     fresh, prefixes, metrics = ex.regenerate({}, ro, np.zeros(2, bool), ctx)
     assert metrics["hard"] == 1 and metrics["pushed"] == 1
-    # row 1's line breaks at 3 and 6: both >= 2 apart, the last (6) dropped: one cut
-    assert fresh == [{"question": "q", "answer": "5", "prefix": [6, 7, 8, 9]}]
-    assert [p["tokens"] for p in prefixes[Problem("q", "5").id]] == [[6, 7, 8, 9]]
+    assert fresh == [{"question": "q", "answer": "5", "prefix": [6, 9, 7, 8, 9, 1, 2, 9]}]
+    assert metrics["mte_chosen"] == pytest.approx(0.125)
+    assert metrics["mte_random"] in (pytest.approx(0.2), pytest.approx(0.125))
+    remembered = prefixes[Problem("q", "5").id]
+    assert [len(p["tokens"]) for p in remembered] == [2, 5, 8]
+    assert [p["mte"] for p in remembered] == pytest.approx([0.2, 0.2, 0.125])
     solved = SimpleNamespace(**{**vars(ro), "correct": np.array([[True, True]])})
     assert ex.regenerate({}, solved, np.zeros(2, bool), ctx)[0] == []
-    tight = SimpleNamespace(**{**vars(ctx), "settings": SimpleNamespace(max_prompt_len=13)})
-    assert ex.regenerate({}, ro, np.zeros(2, bool), tight)[0] == []  # 10 + 4 > 13: no room
+    tight = SimpleNamespace(**{**vars(ctx), "settings": SimpleNamespace(max_prompt_len=12)})
+    fresh, _, _ = ex.regenerate({}, ro, np.zeros(2, bool), tight)  # 10 + 5 > 12: cut 1 only
+    assert fresh[0]["prefix"] == [6, 9]
 
 
 def test_the_step_consumes_exactly_the_queue_entries_its_plan_took():
@@ -223,10 +238,10 @@ def test_guided_rows_use_their_own_answer_and_carry_no_prefix_loss(monkeypatch, 
     from explore_rl.models import weights
 
     tok = weights.load_tokenizer("embedded")
-    queue = [_guided(tok, "What is 73 + 27?", "100", "We add the two numbers:")]
+    queue = [_guided(tok, "What is 73 + 27?", "100", GUIDED_PREFIX)]
     _seed_queue(monkeypatch, queue)
     c = extra_config.get_config("smoke")
-    c.reward.fn = "test_extra:answer_is_100"
+    c.reward.fn = "test_extra:prefix_and_own_answer"
     with Verifier(1, 5.0) as verifier:
         run, progress, _ = build.start(c, str(tmp_path), verifier)
         ro, _, _ = steps.collect(run, progress, 0)
@@ -327,7 +342,8 @@ def test_extra_composes_with_ead_through_the_cli(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     rows = read_metrics(str(tmp_path))
-    assert all(r["rollout/temperature"] < 1.0 and "extra/queue" in r for r in rows)  # both act
+    assert all(r["rollout/temperature"] < 1.0 for r in rows)  # EAD acts
+    assert any(r.get("extra/novelty_mean", 0) > 0 for r in rows)  # ExTra's novelty acts
 
 
 def test_config_errors_name_the_field():

@@ -49,16 +49,16 @@ DRIVER = textwrap.dedent(
     where, at = sys.argv[1], int(sys.argv[2])
     if where == "full":
         save = checkpoint.Checkpointer.save
-        def full_save(self, step, state, force=False):
+        def full_save(self, step, state, force=False, best=None):
             if step == at:
                 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
                 resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
-            save(self, step, state, force)
+            save(self, step, state, force, best)
         checkpoint.Checkpointer.save = full_save
     if where == "checkpoint":
         save = checkpoint.Checkpointer.save
-        def dying_save(self, step, state, force=False):
-            save(self, step, state, force)
+        def dying_save(self, step, state, force=False, best=None):
+            save(self, step, state, force, best)
             if step == at:
                 os.kill(os.getpid(), signal.SIGKILL)
         checkpoint.Checkpointer.save = dying_save
