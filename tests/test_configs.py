@@ -1,8 +1,10 @@
 """Every config in configs/ with every argument loads from any directory, through the
 library and through the command line, and config.json records the resolved config."""
 
+import ast
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -88,110 +90,25 @@ def test_the_command_line_finds_configs_from_another_directory(tmp_path):
     assert written["sample"]["max_new_tokens"] == 4
 
 
-# Every value of the `paper` configs that a paper states, with where it states it. A change
-# to one of these is a change to what "the paper's setting" means: it must cite a source.
-PAPER_VALUES = [
-    # configs/grpo.py:paper = EDEN's GRPO baseline (EDEN paper, training setup)
-    ("grpo.py:paper", "rollout.prompts", 128, "EDEN paper: batch size 128"),
-    ("grpo.py:paper", "rollout.group_size", 16, "EDEN paper: 16 rollouts per prompt"),
-    ("grpo.py:paper", "rl.eps_low", 0.2, "EDEN paper: eps_low 0.2"),
-    ("grpo.py:paper", "rl.eps_high", 0.28, "EDEN paper: eps_high 0.28"),
-    ("grpo.py:paper", "rl.kl_coef", 0.0, "EDEN paper: beta 0"),
-    ("grpo.py:paper", "rl.entropy_coef", 0.001, "EDEN paper: alpha 0.001"),
-    ("grpo.py:paper", "optim.lr", 1e-6, "EDEN paper: learning rate 1e-6"),
-    ("grpo.py:paper", "train.steps", 2000, "EDEN paper: about 2000 steps for the math models"),
-    ("grpo.py:paper", "eval.temperature", 0.6, "EDEN paper: evaluation temperature 0.6"),
-    ("grpo.py:paper", "eval.top_p", 0.95, "EDEN paper: evaluation top-p 0.95"),
-    ("grpo.py:paper", "eval.samples", 8, "EDEN paper: Pass@8"),
-    ("grpo.py:paper", "rl.score_temperature", "rollout", "verl, the EDEN paper's framework"),
-    # configs/eden.py:paper adds EDEN (EDEN paper, method) to that baseline
-    ("eden.py:paper", "exploration.eden.noisy", 4, "EDEN paper: 12 clean + 4 noisy of 16"),
-    ("eden.py:paper", "exploration.eden.rho", 0.18, "EDEN paper: rho 0.18 for the math models"),
-    ("eden.py:paper", "exploration.eden.warmup", 200, "EDEN paper: warm-up 200 steps at 1.5B"),
-    ("eden.py:paper", "exploration.eden.tau_start", 0.2, "EDEN paper: cosine 0.2 -> 1.0"),
-    ("eden.py:paper", "exploration.eden.bank_size", 8, "EDEN paper: K = 8 anchors"),
-    ("eden.py:paper", "exploration.eden.keep", 0.5, "EDEN paper: top p = 0.5 of noisy |A|"),
-    ("eden.py:paper", "exploration.eden.gamma", 0.5, "EDEN paper: gamma 0.5"),
-    ("eden.py:paper", "rl.tis_cap", 0.0, "EDEN paper: no importance correction"),
-    ("eden.py:paper", "rollout.prompts", 128, "EDEN paper: batch size 128"),
-    ("eden.py:paper", "train.steps", 2000, "EDEN paper: about 2000 steps"),
-    # configs/ead.py:paper = EAD paper, Sec. 5.1 and App. A, Table 1
-    ("ead.py:paper", "rollout.prompts", 1024, "EAD paper Table 1: training batch size 1024"),
-    ("ead.py:paper", "rollout.max_prompt_len", 1024, "EAD paper Table 1: max prompt 1024"),
-    ("ead.py:paper", "rollout.max_new_tokens", 3072, "EAD paper Table 1: max response 3072"),
-    ("ead.py:paper", "rl.minibatches", 4, "EAD paper Table 1: mini-batch 256 of 1024"),
-    ("ead.py:paper", "optim.lr", 1e-6, "EAD paper Table 1: learning rate 1e-6"),
-    ("ead.py:paper", "rollout.group_size", 8, "EAD paper Sec. 5.3: n = 8"),
-    ("ead.py:paper", "rollout.dynamic_sampling", False, "EAD paper Sec. 5.1: disabled"),
-    ("ead.py:paper", "rl.kl_coef", 0.0, "EAD paper Sec. 5.1: the DAPO framework, no KL"),
-    ("ead.py:paper", "rl.entropy_coef", 0.0, "EAD paper Sec. 5.1: the DAPO framework"),
-    ("ead.py:paper", "rl.eps_high", 0.28, "EAD paper Sec. 5.1: DAPO's clip-higher"),
-    ("ead.py:paper", "rl.aggregation", "token_mean", "EAD paper Sec. 5.1: DAPO's token mean"),
-    ("ead.py:paper", "rl.tis_cap", 2.0, "EAD paper App. B: c_IS = 2"),
-    ("ead.py:paper", "eval.samples", 16, "EAD paper Sec. 5.2: Pass@16, Worst@16"),
-    ("ead.py:paper", "exploration.ead.tau_max", 1.2, "EAD paper Sec. 5.1: tau_max 1.2"),
-    ("ead.py:paper", "exploration.ead.tau_min", 0.1, "EAD paper Sec. 5.1: 0.1 for 1B / 1.5B"),
-    ("ead.py:paper", "exploration.ead.d0", 25.0, "EAD paper Sec. 5.1: d0 25"),
-    ("ead.py:paper", "exploration.ead.c", 10, "EAD paper Sec. 3: c = 10"),
-    ("ead.py:paper", "exploration.ead.first_token", 1, "EAD paper Sec. 3: the t-th token"),
-    ("ead.py:paper", "exploration.ead.convention", "paper", "EAD paper Sec. 3: k = 1"),
-    # configs/ase.py:paper = ASE paper, Sec. 3-4 and App. B-D
-    ("ase.py:paper", "rollout.prompts", 64, "ASE paper Sec. 4.1: training batch 64"),
-    ("ase.py:paper", "rl.minibatches", 1, "ASE paper Sec. 4.1: actor mini-batch 64 of 64"),
-    ("ase.py:paper", "rl.ppo_epochs", 1, "ASE paper Sec. 4.1 (verl's one pass)"),
-    ("ase.py:paper", "train.steps", 1084, "ASE paper Sec. 4.1: 4 epochs of 17,390 / 64"),
-    ("ase.py:paper", "rollout.max_prompt_len", 1024, "ASE paper Sec. 4.1: prompt 1024"),
-    ("ase.py:paper", "rollout.max_new_tokens", 4096, "ASE paper Sec. 4.1: response 4096"),
-    ("ase.py:paper", "rollout.group_size", 8, "ASE paper Sec. 4.1: 8 rollouts"),
-    ("ase.py:paper", "optim.lr", 1e-6, "ASE paper: learning rate 1e-6"),
-    ("ase.py:paper", "optim.weight_decay", 0.01, "ASE paper: AdamW weight decay 0.01"),
-    ("ase.py:paper", "rollout.temperature", 1.0, "ASE paper: temperature 1.0"),
-    ("ase.py:paper", "rl.kl_coef", 0.0, "ASE paper App. C.1: no KL loss"),
-    ("ase.py:paper", "rl.entropy_coef", 0.0, "ASE paper App. C.1: no entropy term"),
-    ("ase.py:paper", "rl.eps_high", 0.2, "ASE paper Eq. 10: one clip range"),
-    ("ase.py:paper", "rl.tis_cap", 2.0, "ASE paper App. C.2: c_IS = 2, token level"),
-    ("ase.py:paper", "rl.tis_level", "token", "ASE paper Eq. 9: per response position"),
-    ("ase.py:paper", "exploration.ase.k", 3, "ASE paper: K = 3"),
-    ("ase.py:paper", "exploration.ase.alpha", 0.5, "ASE paper Table 12: alpha 0.5"),
-    ("ase.py:paper", "exploration.ase.layer", 0, "ASE paper App. C.2: block 0"),
-    ("ase.py:paper", "exploration.ase.f", 0.25, "ASE paper App. D: f = 0.25"),
-    ("ase.py:paper", "exploration.ase.beta", 0.5, "ASE paper Sec. 4.1: beta 0.5"),
-    # training's d_PCA is not stated; 64 is App. D.3's inference-time sweep
-    ("ase.py:paper", "exploration.ase.d_pca", 64, "ASE paper App. D.3: PCA dimension 64"),
-    ("ase.py:paper", "exploration.ase.kmeans_init", 512, "ASE paper App. D: n_init 512"),
-    ("ase.py:paper", "eval.samples", 8, "ASE paper App. B: Mean@8"),
-    ("ase.py:paper", "eval.temperature", 0.6, "ASE paper App. B: temperature 0.6"),
-    ("ase.py:paper", "eval.top_p", 0.95, "ASE paper App. B: top-p 0.95"),
-    ("ase.py:paper", "train.eval_every", 100, "ASE paper App. B: every 100 steps"),
-    ("ase.py:paper", "train.best_metric", "eval/math500/mean@8", "ASE paper App. B"),
-    # configs/extra.py:paper = ExTra paper, Sec. 5 and App. B
-    ("extra.py:paper", "rollout.prompts", 512, "ExTra paper App. B: batch size 512"),
-    ("extra.py:paper", "rollout.group_size", 6, "ExTra paper App. B: G = 6"),
-    ("extra.py:paper", "rollout.max_prompt_len", 2000, "ExTra paper App. B: prompt 2,000"),
-    ("extra.py:paper", "rollout.max_new_tokens", 4096, "ExTra paper App. B: response 4,096"),
-    ("extra.py:paper", "optim.lr", 3e-6, "ExTra paper App. B: learning rate 3e-6"),
-    ("extra.py:paper", "train.steps", 250, "ExTra paper App. B: 250 steps"),
-    ("extra.py:paper", "rl.kl_coef", 0.0, "ExTra paper App. B: beta 0"),
-    ("extra.py:paper", "rl.entropy_coef", 0.0, "ExTra paper App. B: entropy coefficient 0"),
-    ("extra.py:paper", "exploration.extra.gamma", 1.0, "ExTra paper App. B: gamma 1.0"),
-    ("extra.py:paper", "exploration.extra.memory", 0, "ExTra paper App. B: memory 6 = G"),
-    ("extra.py:paper", "exploration.extra.warmup", 30, "ExTra paper App. B.5: T_warm 30"),
-    ("extra.py:paper", "exploration.extra.tau", 0.1, "ExTra paper App. B: tau 0.1"),
-    ("extra.py:paper", "exploration.extra.max_prefixes", 128, "ExTra paper App. B.5: 128"),
-    ("extra.py:paper", "exploration.extra.queue", 4096, "ExTra paper App. B.5: 4,096"),
-    ("extra.py:paper", "exploration.extra.novelty_at", "after", "ExTra paper Sec. 4.1"),
-    ("extra.py:paper", "exploration.extra.features", "minilm", "ExTra paper: all-MiniLM-L6-v2"),
-    ("extra.py:paper", "exploration.extra.hard", "all_incorrect", "ExTra paper App. B.5"),
-    ("extra.py:paper", "exploration.extra.guided_frac", 1 / 16, "ExTra paper Sec. 5.5: 136k"),
-    ("extra.py:paper", "exploration.extra.last_tokens", 512, "ExTra public code (paper: none)"),
-    ("extra.py:paper", "eval.samples", 16, "ExTra paper App. B.6: n = 16"),
-    ("extra.py:paper", "eval.temperature", 0.7, "ExTra paper App. B.6: temperature 0.7"),
-    ("extra.py:paper", "eval.top_p", 0.9, "ExTra paper App. B.6: top-p 0.9"),
-    ("extra.py:paper", "eval.max_new_tokens", 31744, "ExTra paper App. B.6: 31,744 tokens"),
-    # the controls (the EDEN paper's same-pipeline controls), at the paper scale
-    ("controls.py:temperature,paper", "rollout.temperature", 1.2, "EDEN paper: T = 1.2"),
-    ("controls.py:group,paper", "rollout.group_size", 32, "EDEN paper: 32 rollouts"),
-]
+# Every value of the `paper` configs that a paper states, with where it states it (tables in
+# docs/methods.md). A change to one of these is a change to what "the paper's setting"
+# means: it must cite a source.
+def _paper_values() -> list[tuple]:
+    """(config, setting, ours, source) of every row of docs/methods.md's tables of the
+    papers' values: the one home of each value's source."""
+    rows = []
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "methods.md")) as f:
+        for line in f:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not re.fullmatch(r"`\w+\.py:[\w,]+`", cells[0]):
+                continue
+            assert len(cells) == 5, f"docs/methods.md: a row of 5 cells: {line!r}"
+            spec, key, _, ours, source = (c.strip("`") for c in cells)
+            rows.append((spec, key, ast.literal_eval(ours), source))
+    return rows
+
+
+PAPER_VALUES = _paper_values()
 
 
 @pytest.mark.parametrize("spec,key,value,source", PAPER_VALUES)
