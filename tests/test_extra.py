@@ -273,6 +273,35 @@ def test_guided_rows_use_their_own_answer_and_carry_no_prefix_loss(monkeypatch, 
     assert_float32_close(logp[b][: len(resp)], ref, scale=scale)
 
 
+@pytest.mark.slow
+def test_the_bonus_enters_after_or_before_the_group_normalisation(tmp_path):
+    """The same rollouts through the trainer's batch assembly: `after` (the paper) adds
+    gamma r_int to GRPO's advantages; `before` (a reward) normalises it with the rewards."""
+    from explore_rl.exploration import base as exploration
+    from explore_rl.rl.advantages import grpo
+
+    c = _smoke("novelty,smoke", steps=1)  # parity rewards: mixed groups, correct rows
+    c.exploration.extra.features = "ngram"
+    batches, ro = {}, None
+    with Verifier(1, 5.0) as verifier:
+        for at in ("after", "before"):
+            c.exploration.extra.novelty_at = at
+            run, progress, _ = build.start(c, str(tmp_path / at), verifier)
+            if ro is None:  # one set of rollouts for both
+                ro = steps.collect(run, progress, 0)[0]
+            batches[at], _, _ = steps.make_batch(run, progress, ro, 0)
+        ctx = run.context(progress.state.params, 0)
+        bonused = exploration.rewards(run.explorers, progress.explorers, ro, ro.rewards, ctx)
+    bonus = (bonused - ro.rewards).reshape(-1)  # gamma r_int: the project's novelty
+    correct = np.asarray(ro.correct).reshape(-1)
+    assert (bonus[correct] > 0).any() and (bonus[~correct] == 0).all()
+    plain = np.asarray(grpo(jnp.asarray(ro.rewards))).reshape(-1)
+    np.testing.assert_allclose(batches["after"].advantages, plain + bonus, rtol=1e-6, atol=1e-6)
+    normalised = np.asarray(grpo(jnp.asarray(bonused))).reshape(-1)
+    np.testing.assert_allclose(batches["before"].advantages, normalised, rtol=1e-6, atol=1e-6)
+    assert not np.allclose(batches["after"].advantages, batches["before"].advantages)
+
+
 def _smoke(arg="smoke", steps=3):  # mixed groups: correct responses for the novelty memory
     return testing.smoke(f"configs/extra.py:{arg}", steps)
 
