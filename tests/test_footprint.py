@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import optax
 import pytest
 
 from configs import ase, extra, grpo
@@ -163,3 +164,28 @@ def test_auto_slots_size_an_evaluation_batch_too():
     small = (int(need(100) / sizing.SLOTS_HEADROOM) + 1, "a small device")
     assert need(100) <= sizing.SLOTS_HEADROOM * small[0] < need(101)  # 100 fit, not 101
     assert sizing.fit_slots(*args, capacity=small) == 100
+
+
+def test_auto_slots_size_a_sample_run():
+    """`--mode sample` with `rollout.slots = "auto"`: its prompts x samples_per_prompt rows
+    get the most slots that fit beside the params alone (no optimizer state)."""
+    from explore_rl.modes import sample
+
+    c = grpo.get_config("smoke")
+    c.rollout.slots = "auto"
+    c.sample.samples_per_prompt, c.sample.max_new_tokens = 16, 256
+    cfg, _ = config_lib.model_spec(c)
+    rows = [[1] * 40] * 32
+    v = sizing.sample_variant(c, len(rows))
+    assert (v.rollout.prompts, v.rollout.group_size, v.rollout.max_new_tokens) == (32, 16, 256)
+    assert sample.engine_for(c, cfg, rows, ONE).slots == 0  # every row at once fits here
+    args = (v, cfg, ONE, optax.identity(), 40, [])
+
+    def need(n):
+        e = sizing.estimate(sizing._variant(v, **{"rollout.slots": n}), *args[1:])
+        return e.resident + e.rollout
+
+    small = (int(need(100) / sizing.SLOTS_HEADROOM) + 1, "a small device")
+    assert sample.engine_for(c, cfg, rows, ONE, capacity=small).slots == 100
+    c.rollout.slots = 8
+    assert sample.engine_for(c, cfg, rows, ONE, capacity=small).slots == 8  # as configured

@@ -16,11 +16,13 @@ import time
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from explore_rl import config as config_lib
 from explore_rl import parallel
 from explore_rl.data import tasks
 from explore_rl.sampling import engine, sampler
+from explore_rl.train import sizing
 
 
 def load_prompts(config) -> list[tuple[str, str | None]]:
@@ -49,6 +51,19 @@ def load_prompts(config) -> list[tuple[str, str | None]]:
             )
         out.append((str(row[s.prompt_field]), None))
     return out
+
+
+def engine_for(config, cfg, rows: list[list[int]], axis_sizes: dict, capacity=None):
+    """The decode schedule: with `rollout.slots = "auto"`, the most slots that fit a device
+    for these prompts (`sizing.sample_variant`: no optimizer state is resident), else the
+    config's."""
+    engine_config = config_lib.engine_config(config)
+    if config.rollout.slots != "auto":
+        return engine_config
+    variant = sizing.sample_variant(config, len(rows))
+    longest = max(map(len, rows))
+    n = sizing.fit_slots(variant, cfg, axis_sizes, optax.identity(), longest, [], capacity)
+    return dataclasses.replace(engine_config, slots=n)
 
 
 def run_sample(config, workdir: str | None) -> list[dict]:
@@ -80,7 +95,7 @@ def run_sample(config, workdir: str | None) -> list[dict]:
             jax.random.key(config.seed),
             jnp.full((n * g, s.max_new_tokens), s.temperature),
             sc,
-            config_lib.engine_config(config),
+            engine_for(config, cfg, rows, dict(mesh.shape)),
         )
     seconds = time.perf_counter() - start
     samples = []

@@ -84,6 +84,19 @@ def eval_variant(c: ConfigDict) -> ConfigDict:
     })  # fmt: skip
 
 
+def sample_variant(c: ConfigDict, prompts: int) -> ConfigDict:
+    """Config `c` as `--mode sample`'s one generation, for sizing its decode slots: its
+    `prompts` x `sample.samples_per_prompt` rows of up to `sample.max_new_tokens` tokens
+    (params resident; no optimizer, no reference model)."""
+    s = c.sample
+    return _variant(c, **{
+        "rollout.prompts": prompts, "rollout.group_size": s.samples_per_prompt,
+        "rollout.max_new_tokens": s.max_new_tokens, "rollout.slots": "auto",
+        "rl.minibatches": 1, "rl.kl_coef": 0.0, "optim.micro_batches": 1,
+        "optim.micro_batch_tokens": 0,
+    })  # fmt: skip
+
+
 def _variant(c: ConfigDict, **changes) -> ConfigDict:
     out = copy.deepcopy(c)
     for key, value in changes.items():
