@@ -169,6 +169,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.train.check_memory = True  # refuse a run whose estimated peak exceeds a device's memory
     c.train.allow_config_change = False  # resume a work directory whose run had another config
     c.train.eval_every = 0  # steps between held-out evaluations (and after the last); 0: none
+    c.train.eval_before = False  # also the starting model, as step 0 (verl's val_before_train)
 
     c.logging = ConfigDict()  # metrics.jsonl and TensorBoard always; W&B when asked
     c.logging.wandb = False  # also log to Weights & Biases (WANDB_MODE=offline: no network)

@@ -69,12 +69,14 @@ class RunLogger:
         self.wandb = None if wandb is None else _wandb_run(workdir, wandb)
 
     def _truncate(self, start_step: int):
-        """Keep the lines up to the restored step; a line torn by a kill mid-write (the
-        last one) goes too. Rewritten through a temporary file and a rename, so a kill
-        here loses nothing."""
+        """Keep the lines up to the restored step (none before any checkpoint: a starting
+        evaluation, step 0, is run again); a line torn by a kill mid-write (the last one)
+        goes too. Rewritten through a temporary file and a rename, so a kill here loses
+        nothing."""
         if not os.path.exists(self.path):
             return
-        keep = [json.dumps(r) + "\n" for r in read_metrics(self.workdir) if r["step"] <= start_step]
+        rows = read_metrics(self.workdir) if start_step else []
+        keep = [json.dumps(r) + "\n" for r in rows if r["step"] <= start_step]
         with open(self.path + ".tmp", "w") as f:
             f.writelines(keep)
         os.replace(self.path + ".tmp", self.path)

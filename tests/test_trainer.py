@@ -24,11 +24,13 @@ pytestmark = pytest.mark.slow
 
 
 def test_smoke_cli_writes_the_run_directory_and_reruns(tmp_path):
-    # evaluated every 2 steps of 3: at step 2, and after the last step whatever the period
+    # the starting model evaluated (step 0), then every 2 steps of 3: at step 2, and after
+    # the last step whatever the period
     args = [
         "--config=configs/grpo.py:smoke",
         f"--workdir={tmp_path}",
         "--config.train.eval_every=2",
+        "--config.train.eval_before=True",
     ]
     out = run_main(*args)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -38,8 +40,8 @@ def test_smoke_cli_writes_the_run_directory_and_reruns(tmp_path):
     folder = str(tmp_path / "checkpoints")  # the last 2 (keep_checkpoints), each digested
     assert checkpoint.steps(folder) == checkpoint.digested(folder) == [2, 3]
     rows = read_metrics(str(tmp_path))
-    assert [r["step"] for r in rows] == [1, 2, 3]
-    assert ["eval/arithmetic/pass@1" in r for r in rows] == [False, True, True]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    assert ["eval/arithmetic/pass@1" in r for r in rows] == [True, False, True, True]
     for key in (
         "reward/mean",
         "groups/zero_adv_frac",
@@ -58,7 +60,7 @@ def test_smoke_cli_writes_the_run_directory_and_reruns(tmp_path):
     done = [s for s in said if s.startswith(f"done: 3 steps in {tmp_path}; step 3: reward/mean ")]
     assert len(done) == 1 and re.search(r"pass@1 [\d.]+, eval/average/pass@2 [\d.]+$", done[0])
     again = run_main(*args)
-    assert again.returncode == 0 and len(read_metrics(str(tmp_path))) == 3  # resumed at the end
+    assert again.returncode == 0 and len(read_metrics(str(tmp_path))) == 4  # resumed at the end
     assert f"{tmp_path}: finished at step 3 (train.steps=3): nothing to train" in again.stderr
 
 

@@ -89,6 +89,8 @@ def _train(c, workdir: str, verifier: Verifier, mesh: Mesh):
     updates_per_step = c.rl.minibatches * c.rl.ppo_epochs
     skipped_in_a_row, skipped = 0, int(progress.state.skipped)
     metrics = None  # the last step's, for the summary
+    if c.train.eval_before and start_step == 0 and run.test_sets:  # logged as step 0
+        logger.log(0, run_evaluation(run, progress.state.params, progress.explorers, 0))
     with _StopSignals() as stop:
         for step in bar:
             progress, metrics, ro = train_one_step(run, progress, step)
