@@ -284,10 +284,7 @@ def from_hf_config(path: str, **overrides) -> ModelConfig:
     family = family_lib.by_hf_architecture(archs[0], path)
     for field in family.hf_unsupported:
         if hf.get(field):
-            raise ValueError(
-                f"{path}: {field}={hf[field]!r} is not supported for {family.name} (only "
-                f"{family.name} without it)"
-            )
+            raise ValueError(f"{path}: {field}={hf[field]!r} is not supported for {family.name}")
     n_heads = hf["num_attention_heads"]
     rope = hf.get("rope_parameters") or {}
     cfg = ModelConfig(
