@@ -1,4 +1,5 @@
-"""Base config: every field the code reads, each with a comment.
+"""Base config: every field the code reads, each with a comment (the loss's and the
+optimizer's where their defaults live, their typed settings classes).
 
     python -m explore_rl.main --config configs/base.py --mode sample --workdir runs/x
     python -m explore_rl.main --config configs/grpo.py:demo --workdir runs/demo
@@ -7,7 +8,12 @@
 Method configs (configs/grpo.py, ...) start from this one and change values only.
 """
 
+import dataclasses
+
 from ml_collections import ConfigDict, config_dict
+
+from explore_rl.rl.losses import LossConfig
+from explore_rl.rl.train_step import OptimConfig
 
 SCALES = ("smoke", "demo", "paper")  # seconds (tiny random model) | minutes | the paper's run
 
@@ -27,6 +33,12 @@ def parse_arg(arg: str | None, file: str, variants=(), require_variant=False):
     if require_variant and not others:
         raise ValueError(f"configs/{file}:{arg}: name one of {sorted(variants)}")
     return (others[0] if others else None), (scales[0] if scales else "demo")
+
+
+def _defaults(cls, derived=()) -> dict:
+    """A typed settings class's fields and defaults, for a section whose defaults live in
+    that class (one place), but for the `derived` fields the run resolves itself."""
+    return {f.name: f.default for f in dataclasses.fields(cls) if f.name not in derived}
 
 
 def paper_memory(c: ConfigDict) -> None:
@@ -112,22 +124,14 @@ def get_config(arg: str | None = None) -> ConfigDict:
 
     c.rl = ConfigDict()
     c.rl.advantage = "grpo"  # grpo | dr_grpo | batch | rloo, or module:function of your own
-    c.rl.policy = "ppo_clip"  # ppo_clip | gspo
-    c.rl.aggregation = "token_mean"  # token_mean | seq_mean_token_mean | seq_mean_token_sum_norm
-    c.rl.eps_low = 0.2  # ratio clip below 1
-    c.rl.eps_high = 0.28  # ratio clip above 1 (clip-higher)
-    c.rl.gspo_eps_low = 3e-4  # rl.policy=gspo: sequence-ratio clip below 1 (GSPO paper)
-    c.rl.gspo_eps_high = 4e-4  # rl.policy=gspo: sequence-ratio clip above 1
-    c.rl.dual_clip = 0.0  # > 1 bounds negative-advantage losses; 0 off
-    c.rl.tis_cap = 0.0  # c_IS of the truncated importance weight; 0 off
-    c.rl.tis_level = "token"  # token: each token's loss x its own w_t (verl) | row_mean
+    # the policy loss (policy, aggregation, eps_low / eps_high, gspo_eps_*, dual_clip,
+    # tis_cap, tis_level, entropy_coef, kl_coef, kl_estimator): the fields of
+    # explore_rl/rl/losses.py's LossConfig, each commented there, with its defaults
+    c.rl.update(_defaults(LossConfig, derived=("score_temperature", "max_response_len")))
     # the policy pi_old and pi_theta are scored as, softmax(logits / T): "rollout" = T is
     # rollout.temperature (verl, the papers' framework: the tempered policy is trained
     # on-policy) | a number, e.g. "1.0" (score at T = 1; pair with rl.tis_cap off-policy)
     c.rl.score_temperature = "rollout"
-    c.rl.entropy_coef = 0.0  # alpha
-    c.rl.kl_coef = 0.0  # beta, KL to the frozen initial policy
-    c.rl.kl_estimator = "k3"  # k1 | k3
     c.rl.pi_old = "auto"  # auto: reuse the sampler's mu when it is pi_old | recompute
     c.rl.ppo_epochs = 1  # passes over each rollout batch
     c.rl.minibatches = 1  # optimizer steps per pass
@@ -135,20 +139,12 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.exploration = ConfigDict()
     c.exploration.methods = ()  # explorers, applied in order (e.g. ("ead",)); () = plain GRPO
     # Each method's section, config.exploration.<name>, defaults to its module's
-    # Explorer.defaults() (configs/ead.py sets configs/<method>.py's values).
+    # Explorer.Settings (configs/ead.py sets configs/<method>.py's values).
 
-    c.optim = ConfigDict()
-    c.optim.lr = 1e-6  # AdamW learning rate
-    c.optim.warmup_steps = 0  # linear warm-up of the learning rate (optimizer steps)
-    c.optim.weight_decay = 0.01  # AdamW decoupled weight decay
-    c.optim.b1 = 0.9  # Adam beta1
-    c.optim.b2 = 0.999  # Adam beta2
-    c.optim.eps = 1e-8  # Adam epsilon
-    c.optim.max_grad_norm = 1.0  # clip by global norm
-    c.optim.micro_batches = 1  # gradient accumulation within a minibatch (whole groups)
-    # or micro-batches cut by a token budget per device (verl's dynamic batch size: groups
-    # sorted by length, rows cut to each micro-batch's longest); 0 = optim.micro_batches
-    c.optim.micro_batch_tokens = 0
+    # AdamW (lr, warmup_steps, weight_decay, b1, b2, eps, max_grad_norm) and the update's
+    # micro-batches (micro_batches, micro_batch_tokens): the fields of
+    # explore_rl/rl/train_step.py's OptimConfig, each commented there, with its defaults
+    c.optim = ConfigDict(_defaults(OptimConfig))
 
     c.mesh = ConfigDict()
     c.mesh.data = 1  # data-parallel axis size

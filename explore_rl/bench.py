@@ -118,9 +118,7 @@ def forward_flops(cfg, batch: int, length: int) -> float:
 def _load(args, **dtypes):
     """The benchmarked model: `--model`'s weights, or `--random-init`'s random weights of a
     preset shape with `--model`'s tokenizer (a shape timed without its checkpoint)."""
-    if args.random_init:
-        return weights.load_random(args.model, args.random_init, **dtypes)
-    return weights.load_model(args.model, **dtypes)
+    return weights.load(args.model, args.random_init or "", **dtypes)
 
 
 def bench_forward(args) -> dict:
@@ -263,14 +261,15 @@ def bench_step(args) -> dict:
     problems = [
         Problem(q, str(sum(map(int, q.split("?")[0].split()[2::2])))) for q in peer_questions()
     ]
-    optimizer = make_optimizer(config_lib.optim_config(c))
+    spec = config_lib.spec(c)
+    optimizer = make_optimizer(spec.optim)
     memory.trim_after_compiles()
     progress = build.Progress(init_state(params, optimizer), jnp.zeros((), jnp.int32))
     peak = matmul_peak("float32")
     times = []
     with Verifier(2, 5.0) as verifier:
         run = build.Run(
-            config=c,
+            spec=spec,
             cfg=cfg,
             tok=tok,
             train_set=problems,
@@ -279,7 +278,7 @@ def bench_step(args) -> dict:
             verifier=verifier,
             key=jax.random.key(0),
             eval_key=jax.random.key(1),
-            settings=config_lib.rollout_settings(c, tok),
+            settings=spec.rollout_settings(tok),
         )
         for step in range(args.steps + 1):  # the first step compiles
             progress, m, _ = steps.train_one_step(run, progress, step)
@@ -510,6 +509,7 @@ def _reset_peak_rss() -> None:
 def bench_memory(args) -> dict:
     """The start-up memory estimate against the measured peak of a config's first steps."""
     from explore_rl import config as config_lib
+    from explore_rl.exploration import base as exploration
     from explore_rl.train import build, steps
 
     c = config_lib.load(args.config)
@@ -521,13 +521,14 @@ def bench_memory(args) -> dict:
         section = functools.reduce(getattr, path, c)
         old = getattr(section, name)
         setattr(section, name, value if isinstance(old, str) else type(old)(json.loads(value)))
+    spec = config_lib.spec(c)
     before = 0 if _device_peak_bytes() is not None else _rss_bytes()
     with (
         tempfile.TemporaryDirectory() as workdir,
-        config_lib.verifier(c) as verifier,
-        parallel.use(mesh := config_lib.mesh(c)),
+        config_lib.verifier(spec.reward) as verifier,
+        parallel.use(mesh := config_lib.mesh(spec.mesh)),
     ):
-        run, progress, _ = build.start(c, workdir, verifier, mesh)
+        run, progress, _ = build.start(spec, exploration.build(spec), workdir, verifier, mesh)
         for step in range(args.steps):
             if step == args.steps - 1 and before:  # the compiler's heap is not the run's
                 memory.trim()
@@ -749,22 +750,22 @@ PAPER_CONFIGS = ("grpo", "eden", "ead", "ase", "extra")
 def paper_fit(spec: str, devices: int = 8, capacity_gb: float = 80.0):
     """A config's start-up estimate on one node of `devices` x `capacity_gb` (mesh fsdp =
     devices), from shapes only: the model is the preset its `model.path` names, the
-    prompts as long as `rollout.max_prompt_len`. Returns (the config as sized: its slots
-    a count, the Footprint)."""
+    prompts as long as `rollout.max_prompt_len`. Returns (the run spec as sized: its
+    slots a count, the Footprint)."""
     from explore_rl import config as config_lib
     from explore_rl.exploration import base as exploration
     from explore_rl.models import presets
     from explore_rl.rl.train_step import make_optimizer
     from explore_rl.train import sizing
 
-    c = config_lib.load(spec)
-    model = {k: c.model[k] for k in config_lib.RUN_SETTINGS}
-    cfg = presets.get_preset(os.path.basename(c.model.path).lower(), **model)
+    s = config_lib.resolve(config_lib.load(spec))
+    model = config_lib.run_settings(s.model)
+    cfg = presets.get_preset(os.path.basename(s.model.path).lower(), **model)
     sizes = {"data": 1, "fsdp": devices, "tensor": 1}
-    optimizer = make_optimizer(config_lib.optim_config(c))
+    optimizer = make_optimizer(s.optim)
     capacity = (int(capacity_gb * 1e9), f"{capacity_gb:g} GB")
-    longest = c.rollout.max_prompt_len
-    return sizing.size(c, cfg, sizes, optimizer, longest, exploration.build(c), capacity)
+    longest = s.rollout.max_prompt_len
+    return sizing.size(s, cfg, sizes, optimizer, longest, exploration.build(s), capacity)
 
 
 def bench_fit(args) -> dict:

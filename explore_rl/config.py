@@ -1,7 +1,10 @@
-"""From a ConfigDict to the objects the run uses, with the checks that catch bad values.
+"""The entry point's half of the config: from a ConfigDict to the run's typed spec
+(`spec`, `spec.RunSpec`), with the checks that catch bad values, and the loaders the modes
+share (the model, the problems, the verifier, the mesh).
 
 ml_collections already rejects unknown keys and wrong types (the config is locked);
 `validate` rejects values and combinations no run can use, each with a one-line message.
+Below the entry point nothing reads the ConfigDict: `spec(c)` resolves it once.
 """
 
 from __future__ import annotations
@@ -24,10 +27,20 @@ from explore_rl.models.tokenizer import PromptFormat
 from explore_rl.rewards import registry as rewards
 from explore_rl.rewards.math import EXTRACTORS, Verifier
 from explore_rl.rl import advantages, losses
-from explore_rl.rl.rollout import RolloutSettings
 from explore_rl.rl.train_step import OptimConfig
 from explore_rl.sampling.engine import EngineConfig
 from explore_rl.sampling.sampler import SamplingConfig
+from explore_rl.spec import (
+    EvalSpec,
+    MeshSpec,
+    ModelSpec,
+    RewardSpec,
+    RolloutSpec,
+    RunSpec,
+    TaskSpec,
+    TrainSpec,
+    UpdateSpec,
+)
 
 
 def config_file(path: str) -> str:
@@ -113,8 +126,73 @@ def resolved(c: ConfigDict) -> ConfigDict:
     included): what `config.json` records."""
     out = ConfigDict(c.to_dict())
     for name in c.exploration.methods:
-        out.exploration[exploration.get(name).name] = exploration.section(c, name)
+        out.exploration[exploration.get(name).name] = method_section(c, name)
     return out
+
+
+def method_section(c: ConfigDict, name: str) -> ConfigDict:
+    """Method `name`'s config: its defaults, updated with what the run config sets under
+    its registered name (`exploration.<name>`)."""
+    cls = exploration.get(name)
+    out = cls.defaults()
+    if cls.name in c.exploration:
+        out.update(c.exploration[cls.name])
+    return out
+
+
+def spec(c: ConfigDict) -> RunSpec:
+    """The run's settings, checked and resolved once: what the loop, the explorers and
+    evaluation read, each method's settings checked."""
+    validate(c)
+    out = resolve(c)
+    exploration.check(out)
+    return out
+
+
+def resolve(c: ConfigDict) -> RunSpec:
+    """`c` as a run spec, its files unchecked (a config sized for a machine that holds
+    none of them: `bench fit`)."""
+    rw = c.reward
+    return RunSpec(
+        seed=c.seed,
+        model=model_settings(c),
+        task=_section(TaskSpec, c.task, name=task_name(c)),
+        reward=RewardSpec(
+            rewards.build(rw), extractors(c), rw.format_weight, rw.workers, rw.timeout, rw.memory_mb
+        ),  # fmt: skip
+        prompt=prompt_format(c),
+        rollout=_section(RolloutSpec, c.rollout),
+        engine=engine_config(c),
+        sampling=sampling_config(c, stop_ids=()),
+        eval_sampling=sampling_config(c, stop_ids=(), section="eval"),
+        update=_section(UpdateSpec, c.rl),
+        loss=loss_config(c),
+        optim=_section(OptimConfig, c.optim),
+        mesh=mesh_settings(c),
+        train=_section(TrainSpec, c.train),
+        eval=_section(EvalSpec, c.eval),
+        methods=tuple(
+            (n, exploration.get(n).Settings(**method_section(c, n).to_dict()))
+            for n in c.exploration.methods
+        ),
+        record=json.loads(resolved(c).to_json()),
+        wandb=wandb_settings(c),
+    )
+
+
+def model_settings(c: ConfigDict) -> ModelSpec:
+    """`model.*`, for the modes that need no whole run spec (sample, export)."""
+    return _section(ModelSpec, c.model)
+
+
+def mesh_settings(c: ConfigDict) -> MeshSpec:
+    return _section(MeshSpec, c.mesh)
+
+
+def _section(cls, section: ConfigDict, **derived):
+    """The typed `cls` of a config section: its fields by name, `derived` ones given."""
+    names = [f.name for f in dataclasses.fields(cls) if f.name not in derived]
+    return cls(**{n: section[n] for n in names}, **derived)
 
 
 def _check(ok: bool, message: str):
@@ -165,8 +243,6 @@ def validate(c: ConfigDict) -> None:
         )
     _check_paths(c)
     _warn_unread_weights(c)
-    prompt_format(c)  # a readable template_kwargs and raw_prompt
-    engine_config(c)  # slots and decode_chunk in range
     _check(
         c.task.long_prompts in ("skip", "error"),
         f"task.long_prompts={c.task.long_prompts!r}: allowed ['error', 'skip']",
@@ -196,11 +272,6 @@ def validate(c: ConfigDict) -> None:
         c.train.max_skipped_updates >= 1,
         f"train.max_skipped_updates={c.train.max_skipped_updates}: must be >= 1",
     )
-    rewards.build(c.reward)  # a known name, or an importable function
-    exploration.build(c)  # each method's checks, and conflicts between methods
-    loss_config(c)  # its own checks (names, gspo + aggregation, dual clip)
-    sampling_config(c, stop_ids=())
-    sampling_config(c, stop_ids=(), section="eval")  # now, not after the first steps
     _check(c.eval.batch_prompts >= 1, f"eval.batch_prompts={c.eval.batch_prompts}: need >= 1")
     _check(c.eval.num_prompts >= 0, f"eval.num_prompts={c.eval.num_prompts}: must be >= 0 (0: all)")
 
@@ -263,37 +334,11 @@ def score_temperature(c: ConfigDict) -> float:
 
 
 def loss_config(c: ConfigDict) -> losses.LossConfig:
-    return losses.LossConfig(
-        policy=c.rl.policy,
-        aggregation=c.rl.aggregation,
-        eps_low=c.rl.eps_low,
-        eps_high=c.rl.eps_high,
-        gspo_eps_low=c.rl.gspo_eps_low,
-        gspo_eps_high=c.rl.gspo_eps_high,
-        dual_clip=c.rl.dual_clip,
-        tis_cap=c.rl.tis_cap,
-        tis_level=c.rl.tis_level,
-        score_temperature=score_temperature(c),
-        entropy_coef=c.rl.entropy_coef,
-        kl_coef=c.rl.kl_coef,
-        kl_estimator=c.rl.kl_estimator,
+    """The policy loss of `rl.*` (its own checks: names, gspo + aggregation, dual clip)."""
+    return _section(
+        losses.LossConfig, c.rl, score_temperature=score_temperature(c),
         max_response_len=c.rollout.max_new_tokens,
-    )
-
-
-def optim_config(c: ConfigDict) -> OptimConfig:
-    o = c.optim
-    return OptimConfig(
-        lr=o.lr,
-        warmup_steps=o.warmup_steps,
-        weight_decay=o.weight_decay,
-        b1=o.b1,
-        b2=o.b2,
-        eps=o.eps,
-        max_grad_norm=o.max_grad_norm,
-        micro_batches=o.micro_batches,
-        micro_batch_tokens=o.micro_batch_tokens,
-    )
+    )  # fmt: skip
 
 
 def sampling_config(c: ConfigDict, stop_ids, section: str = "rollout") -> SamplingConfig:
@@ -335,59 +380,37 @@ def engine_config(c: ConfigDict) -> EngineConfig:
         raise ValueError(f"config: rollout.slots / rollout.decode_chunk: {e}") from None
 
 
-def rollout_settings(c: ConfigDict, tok) -> RolloutSettings:
-    """How training rollouts are drawn and rewarded."""
-    return RolloutSettings(
-        prompt=prompt_format(c),
-        max_prompt_len=c.rollout.max_prompt_len,
-        sampling=sampling_config(c, tok.stop_ids),
-        engine=engine_config(c),
-        extractors=extractors(c),
-        reward=rewards.build(c.reward),
-        format_weight=c.reward.format_weight,
-    )
-
-
-def eval_settings(c: ConfigDict, tok) -> RolloutSettings:
-    """How held-out questions are answered: the eval section's length, top-p, no top-k;
-    correctness only."""
-    return dataclasses.replace(
-        rollout_settings(c, tok),
-        sampling=sampling_config(c, tok.stop_ids, "eval"),
-        format_weight=0.0,
-    )
-
-
-def mesh(c: ConfigDict):
+def mesh(m: MeshSpec):
     """The run's device mesh (`mesh.data` x `mesh.fsdp` x `mesh.tensor`)."""
-    return parallel.make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor)
+    return parallel.make_mesh(m.data, m.fsdp, m.tensor)
 
 
 # model.* settings that say how to run the model, not what it is (ModelConfig fields)
 RUN_SETTINGS = ("param_dtype", "dtype", "attention", "attention_block", "remat", "logits_chunk")
 
 
-def model_spec(c: ConfigDict):
+def model_spec(m: ModelSpec):
     """(ModelConfig, Tokenizer) of the run's model, no weights read."""
-    settings = {k: c.model[k] for k in RUN_SETTINGS}
-    return weights.model_spec(c.model.path, c.model.random_init, **settings)
+    return weights.model_spec(m.path, m.random_init, **run_settings(m))
 
 
-def load_params(c: ConfigDict, cfg, place=None) -> dict:
-    """The run's weights for the ModelConfig `model_spec` gave: the checkpoint's, or a
-    preset's random ones."""
-    if c.model.random_init:
-        return weights.random_params(cfg, c.seed, place)
-    return weights.read_params(weights.model_folder(c.model.path), cfg, place)
+def run_settings(m: ModelSpec) -> dict:
+    """The ModelConfig fields `model.*` sets (`RUN_SETTINGS`)."""
+    return {k: getattr(m, k) for k in RUN_SETTINGS}
 
 
-def load_policy(c: ConfigDict, place=None):
-    """(params, ModelConfig, Tokenizer): a checkpoint, or random weights of a preset."""
-    cfg, tok = model_spec(c)
-    return load_params(c, cfg, place), cfg, tok
+def load_params(m: ModelSpec, seed: int, cfg, place=None) -> dict:
+    """The weights for the ModelConfig `model_spec` gave: the checkpoint's, or a preset's
+    random ones (drawn from `seed`)."""
+    return weights.load_params(m.path, m.random_init, cfg, seed, place)
 
 
-def wandb_settings(c: ConfigDict, resolved: ConfigDict) -> dict | None:
+def load_policy(m: ModelSpec, seed: int, place=None):
+    """(params, ModelConfig, Tokenizer) of `model.*` (`weights.load`)."""
+    return weights.load(m.path, m.random_init, seed, place, **run_settings(m))
+
+
+def wandb_settings(c: ConfigDict) -> dict | None:
     """`wandb.init` arguments from `logging` (None when W&B is off); the resolved config
     is the run's config there."""
     w = c.logging
@@ -396,13 +419,13 @@ def wandb_settings(c: ConfigDict, resolved: ConfigDict) -> dict | None:
     tags = [t.strip() for t in w.tags.split(",") if t.strip()]
     return dict(
         project=w.project, entity=w.entity or None, name=w.name or None, tags=tags,
-        config=resolved.to_dict(),
+        config=resolved(c).to_dict(),
     )  # fmt: skip
 
 
-def verifier(c: ConfigDict) -> Verifier:
-    """The reward workers of `reward` (a context manager: `with verifier(c) as v`)."""
-    return Verifier(c.reward.workers, c.reward.timeout, memory_mb=c.reward.memory_mb)
+def verifier(r: RewardSpec) -> Verifier:
+    """The reward workers of `reward` (a context manager: `with verifier(s.reward) as v`)."""
+    return Verifier(r.workers, r.timeout, memory_mb=r.memory_mb)
 
 
 def task_name(c: ConfigDict) -> str:
@@ -415,8 +438,8 @@ def task_name(c: ConfigDict) -> str:
 
 
 def load_problems(
-    c: ConfigDict, shard: tasks.Shard = tasks.WHOLE
+    spec: RunSpec, shard: tasks.Shard = tasks.WHOLE
 ) -> tuple[list[tasks.Problem], dict[str, list[tasks.Problem]]]:
     """The training problems of `shard` (all, by default) and the held-out benchmarks
     {name: problems} of the task."""
-    return tasks.load(task_name(c), c.task, c.seed, shard)
+    return tasks.load(spec.task.name, spec.task, spec.seed, shard)

@@ -44,3 +44,14 @@ def smoke(
     if methods is not None:
         c.exploration.methods = tuple(methods)
     return c
+
+
+def start(c: ConfigDict, workdir: str, verifier):
+    """`build.start` of config `c` as `loop.train` begins it (its spec, explorers and mesh
+    resolved from `c`): for tests that drive a run's steps by hand."""
+    from explore_rl.exploration import base as exploration
+    from explore_rl.train import build
+
+    spec = config_lib.spec(c)
+    mesh = config_lib.mesh(spec.mesh)
+    return build.start(spec, exploration.build(spec), workdir, verifier, mesh)

@@ -97,7 +97,7 @@ def embedded_gguf():
 def embedded_model(embedded_gguf):
     from explore_rl.models import weights
 
-    return weights.load_model(embedded_gguf)
+    return weights.load(embedded_gguf)
 
 
 F32_EPS = float(np.finfo(np.float32).eps)  # 2**-23: float32's rounding unit at 1

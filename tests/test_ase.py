@@ -1,6 +1,7 @@
 """ASE: routing, the bank estimate (PCA, K-means, Hungarian, EMA), steering, the replayed
 readout, TIS against the steered mu, smoke runs of every ablation, resume, composition."""
 
+import dataclasses
 import json
 import types
 
@@ -12,6 +13,7 @@ from conftest import assert_float32_close, run_main
 from test_sampler import G, Q, T, logit_scale, tiny  # noqa: F401
 
 from configs import ase as ase_config
+from explore_rl import config as config_lib
 from explore_rl import testing
 from explore_rl.data.tasks import Problem
 from explore_rl.exploration import ase, base
@@ -29,7 +31,7 @@ pytestmark = [pytest.mark.usefixtures("highest_precision"), pytest.mark.numerics
 def _explorer(**overrides):
     c = ase_config.get_config("smoke")
     c.exploration.ase.update(overrides)
-    (ex,) = base.build(c)
+    (ex,) = base.build(config_lib.spec(c))
     return ex, c
 
 
@@ -89,8 +91,7 @@ def _planted(rng, directions, m, scale=3.0):
 def test_the_bank_recovers_planted_directions_and_keeps_each_index_on_its_own():
     rng = np.random.default_rng(0)
     directions = np.linalg.qr(rng.standard_normal((32, 3)))[0].T  # 3 orthonormal in R^32
-    e = ase.ASE.defaults()
-    e.k, e.d_pca, e.kmeans_init = 3, 16, 4
+    e = ase.ASE.Settings(k=3, d_pca=16, kmeans_init=4)
     cands, labels = ase.estimate(*_planted(rng, directions, 150), e, rng)
     u, slot_of = ase.smooth(np.zeros_like(cands), cands, 0.5, first=True, match=True)
     cos = ase.unit(u) @ directions.T  # [slot, planted]
@@ -107,8 +108,7 @@ def test_the_bank_recovers_planted_directions_and_keeps_each_index_on_its_own():
 
 
 def test_an_empty_cluster_gives_a_finite_direction():
-    e = ase.ASE.defaults()
-    e.k, e.d_pca, e.kmeans_init = 3, 4, 1
+    e = ase.ASE.Settings(k=3, d_pca=4, kmeans_init=1)
     neg = np.tile(np.random.default_rng(0).standard_normal((1, 6)), (8, 1)).astype(np.float32)
     pos = neg + np.float32(1.0)  # 8 copies of one pair: K-means finds 1 cluster of 3
     cands, labels = ase.estimate(pos, neg, e, np.random.default_rng(0))
@@ -135,13 +135,12 @@ def test_the_direction_ablations():
     rng = np.random.default_rng(1)
     directions = np.eye(3, 16)
     pos, neg = _planted(rng, directions, 60)
-    e = ase.ASE.defaults()
-    e.k, e.d_pca, e.kmeans_init = 3, 8, 2
+    e = ase.ASE.Settings(k=3, d_pca=8, kmeans_init=2)
     plain, labels = ase.estimate(pos, neg, e, np.random.default_rng(5))
-    e.directions = "reversed"
+    e = dataclasses.replace(e, directions="reversed")
     reversed_, _ = ase.estimate(pos, neg, e, np.random.default_rng(5))
     np.testing.assert_allclose(reversed_, -plain, rtol=1e-6)
-    e.directions = "random"
+    e = dataclasses.replace(e, directions="random")
     random_, _ = ase.estimate(pos, neg, e, np.random.default_rng(5))
     np.testing.assert_allclose(
         np.linalg.norm(random_, axis=1), np.linalg.norm(plain, axis=1), rtol=1e-5
@@ -152,10 +151,10 @@ def test_the_direction_ablations():
     d = np.eye(1, 16)[0]
     neg = rng.standard_normal((60, 16)).astype(np.float32)
     pos = (neg + 3 * d + 0.1 * rng.standard_normal((60, 16))).astype(np.float32)
-    e.directions = "contrast"
+    e = dataclasses.replace(e, directions="contrast")
     plain, _ = ase.estimate(pos, neg, e, np.random.default_rng(2))
     assert (ase.unit(plain) @ d > 0.99).all()
-    e.directions = "shuffled"
+    e = dataclasses.replace(e, directions="shuffled")
     shuffled, labels = ase.estimate(pos, neg, e, np.random.default_rng(2))
     cos = ase.unit(shuffled) @ d
     assert (np.abs(cos) > 0.99).all() and (cos > 0).any() and (cos < 0).any()
@@ -407,7 +406,7 @@ def test_config_errors_name_the_field():
     c.exploration.methods = ("eden", "ase")  # different fields: they compose
     c.exploration.eden = base.get("eden").defaults()
     c.exploration.eden.noisy = 1
-    assert [ex.name for ex in base.build(c)] == ["eden", "ase"]
+    assert [ex.name for ex in base.build(config_lib.spec(c))] == ["eden", "ase"]
     ex, _ = _explorer(layer=5)
     with pytest.raises(ValueError, match="layer=5: the model has blocks 0..1"):
         ex.template(types.SimpleNamespace(cfg=types.SimpleNamespace(d_model=8, n_layers=2)))

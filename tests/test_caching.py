@@ -89,7 +89,7 @@ def test_embedded_gguf_is_converted_once_and_read_from_the_cache(embedded_gguf, 
 
     monkeypatch.setattr(gguf_io, "reader", no_conversion)
     assert weights.gguf_as_hf_folder(embedded_gguf) == folder
-    params, cfg2, tok = weights.load_model(embedded_gguf)
+    params, cfg2, tok = weights.load(embedded_gguf)
     assert cfg2 == cfg and tok.vocab_size == 49152
     assert params["layers"][0]["q"].shape == (cfg.d_model, cfg.n_heads, cfg.head_dim)
 

@@ -135,7 +135,52 @@ def test_score_temperature_follows_the_rollout_or_a_number():
     assert config_lib.loss_config(c).score_temperature == 1.0
     c.rl.score_temperature = "hot"
     with pytest.raises(ValueError, match="rl.score_temperature='hot': 'rollout' or a number"):
-        config_lib.validate(c)
+        config_lib.spec(c)
     c.rl.score_temperature, c.rollout.temperature = "rollout", 0.0
     with pytest.raises(ValueError, match="greedy rollouts"):
-        config_lib.validate(c)
+        config_lib.spec(c)
+
+
+def test_the_run_spec_holds_every_field_of_the_run_once():
+    """`config.spec` gives every field of the sections the run reads one typed home with
+    the config's value (the rest are derived: the task's resolved name, the reward's
+    function, the score temperature as a number, Dr.GRPO's normaliser), and every
+    method's settings; a section field with no home, or a home with no field, fails."""
+    import dataclasses
+
+    from explore_rl import config as config_lib
+    from explore_rl.logs import flatten
+
+    c = config_lib.load("configs/eden.py:demo")
+    c.exploration.methods = ("eden", "ead")
+    c.rl.kl_coef, c.rl.tis_cap, c.optim.lr, c.rollout.top_k = 0.05, 2.0, 3e-6, 20  # not defaults
+    s = config_lib.spec(c)
+    homes = {
+        "model": [s.model], "task": [s.task], "rollout": [s.rollout], "train": [s.train],
+        "eval": [s.eval], "mesh": [s.mesh], "optim": [s.optim], "rl": [s.update, s.loss],
+        "reward": [s.reward],
+    }  # fmt: skip
+    derived = {"task.name", "rl.score_temperature", "rl.max_response_len", "reward.fn"}
+    for section, typed in homes.items():
+        held = {f"{section}.{f.name}": getattr(t, f.name) for t in typed
+                for f in dataclasses.fields(t)}  # fmt: skip
+        given = {k: v for k, v in flatten(c.to_dict()).items() if k.startswith(section + ".")}
+        given = {k: v for k, v in given.items() if k not in derived}
+        assert held.keys() - derived <= given.keys(), section  # no home without a field
+        for key, value in given.items():
+            if key == "reward.extractors":  # a comma-separated string, split once
+                assert held[key] == tuple(value.split(",")), key
+            elif key not in ("reward.name",):  # the name builds `reward.fn`
+                assert held[key] == value, key
+    assert s.loss.score_temperature == 1.0 and s.loss.max_response_len == 32
+    assert s.task.name == "arithmetic" and s.reward.fn("\\boxed{3}", _Problem("3")) == 1.0
+    assert [n for n, _ in s.methods] == ["eden", "ead"]
+    eden_settings = dict(s.methods)["eden"]
+    assert dataclasses.asdict(eden_settings) == config_lib.method_section(c, "eden").to_dict()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.rollout.prompts = 1  # frozen: nothing below the entry point changes a setting
+
+
+class _Problem:
+    def __init__(self, answer):
+        self.answer = answer

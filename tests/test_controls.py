@@ -4,8 +4,10 @@ config trains end to end."""
 import pytest
 
 from configs import controls, grpo
+from explore_rl import config as config_lib
+from explore_rl import testing
 from explore_rl.logs import read_metrics
-from explore_rl.train import build, loop, steps
+from explore_rl.train import loop, steps
 
 
 def _flat(c, prefix=""):
@@ -81,7 +83,7 @@ def test_the_clip_controls_bind_in_the_demo_setting(tmp_path):
     c = grpo.get_config("demo")
     c.reward.workers = 1
     with Verifier(1, 5.0) as verifier:
-        run, progress, _ = build.start(c, str(tmp_path), verifier)
+        run, progress, _ = testing.start(c, str(tmp_path), verifier)
         progress, first, _ = steps.train_one_step(run, progress, 0)
         for step in (1, 2, 3):
             ro, _, _ = steps.collect(run, progress, step)
@@ -89,6 +91,7 @@ def test_the_clip_controls_bind_in_the_demo_setting(tmp_path):
             params, metrics = {}, {}
             for name in ("grpo", "clip_higher", "gspo"):
                 cc = grpo.get_config("demo") if name == "grpo" else controls.get_config(name)
+                cc = config_lib.spec(cc)
                 state = jax.tree.map(jnp.copy, progress.state)  # update donates its state
                 state, metrics[name] = steps.update(state, batch, run.cfg, cc, run.optimizer)
                 params[name] = state.params

@@ -10,6 +10,7 @@ from conftest import assert_float32_close
 from test_sampler import G, Q, reference_truncated_logprob, response_logits, tiny  # noqa: F401
 
 from configs import ead as ead_config
+from explore_rl import config as config_lib
 from explore_rl.exploration import base
 from explore_rl.logs import read_metrics
 from explore_rl.rl import losses
@@ -25,12 +26,12 @@ pytestmark = [pytest.mark.usefixtures("highest_precision"), pytest.mark.numerics
 def _explorer(**overrides):
     c = ead_config.get_config("smoke")
     c.exploration.ead.update(overrides)
-    (ex,) = base.build(c)
+    (ex,) = base.build(config_lib.spec(c))
     return ex, c
 
 
 def _plan(ex, c, rows, length, step, tau=1.0):
-    ctx = base.StepContext(None, None, None, c, step)
+    ctx = base.StepContext(None, None, None, ex.run, step)
     return ex.plan({}, base_plan(rows, length, tau, []), ctx, None)
 
 
@@ -141,7 +142,7 @@ def test_mu_is_the_annealed_truncated_logprob(tiny):  # noqa: F811
 
 def test_eval_plan_anneals_only_when_asked():
     ex, c = _explorer()
-    ctx = base.StepContext(None, None, None, c, 0)
+    ctx = base.StepContext(None, None, None, ex.run, 0)
     p = base_plan(2, 32, 1.0, [])
     assert ex.eval_plan({}, p, ctx) is p
     ex, c = _explorer(at_eval=True)

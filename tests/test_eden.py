@@ -1,6 +1,7 @@
 """EDEN: noise norms, clean rows exactly clean, the clean-prompt update, the filter, the
 bank (screen, determinism, resume), and every ablation's smoke config end to end."""
 
+import dataclasses
 import json
 import os
 
@@ -13,12 +14,13 @@ from test_sampler import logit_scale
 
 from configs import eden as eden_config
 from explore_rl import config as config_lib
+from explore_rl import testing
 from explore_rl.exploration import base, eden
 from explore_rl.logs import read_metrics
 from explore_rl.rewards.math import Verifier
 from explore_rl.rl.plan import base_plan
 from explore_rl.sampling.sampler import sample
-from explore_rl.train import build, loop, steps
+from explore_rl.train import loop, steps
 
 # each test builds a run (tiny model, embedded tokenizer)
 pytestmark = [pytest.mark.slow, pytest.mark.numerics]
@@ -30,14 +32,14 @@ def run(tmp_path_factory):
     c = eden_config.get_config("smoke")
     c.exploration.eden.rho = 0.5  # a strong slot, so noisy rows visibly differ
     with Verifier(1, 5.0) as verifier:
-        r, progress, ckpt = build.start(c, str(tmp_path_factory.mktemp("run")), verifier)
+        r, progress, ckpt = testing.start(c, str(tmp_path_factory.mktemp("run")), verifier)
         ckpt.close()
         yield r, progress
 
 
 def _plan(r, progress, step=0, key=0):
     (ex,) = r.explorers
-    c = r.config
+    c = r.spec
     q, g = c.rollout.prompts, c.rollout.group_size
     p = base_plan(q * g, c.rollout.max_new_tokens, 1.0, r.train_set[:q])
     ctx = r.context(progress.state.params, step)
@@ -47,7 +49,7 @@ def _plan(r, progress, step=0, key=0):
 def test_noise_norm_and_masked_clean_rows(run):
     r, progress = run
     plan, ex = _plan(r, progress)
-    g = r.config.rollout.group_size
+    g = r.spec.rollout.group_size
     noisy = np.asarray(plan.info["eden"]["noisy"])
     np.testing.assert_array_equal(noisy, np.tile([False] * (g - 1) + [True], 2))
     bank = np.asarray(progress.explorers["eden"]["vectors"])
@@ -65,7 +67,7 @@ def test_noise_norm_and_masked_clean_rows(run):
     # clean rows sample exactly what they would with no intervention at all
     params, cfg = progress.state.params, r.cfg
     prompts, pmask = (jnp.asarray(x) for x in _encode(r, plan.problems))
-    sc = config_lib.sampling_config(r.config, ())
+    sc = r.spec.sampling
     with_slot = sample(
         params, cfg, prompts, pmask, jax.random.key(3), plan.temperature, sc, plan.interventions
     )
@@ -100,7 +102,7 @@ def test_update_scores_every_row_under_the_clean_prompt(run):
     old, mu = np.asarray(batch.old_logp), np.asarray(batch.behaviour_logp)
     # clean rows: mu is pi_old, to the rounding of the logits they come from (sampler vs
     # scoring: other shapes)
-    rows = (np.arange(len(m)) // r.config.rollout.group_size)[~noisy]
+    rows = (np.arange(len(m)) // r.spec.rollout.group_size)[~noisy]
     p, pm = np.asarray(batch.prompts)[rows], np.asarray(batch.prompt_mask)[rows]
     tau = np.asarray(ro.plan.temperature)[~noisy]
     scale = logit_scale(
@@ -130,7 +132,7 @@ def test_filter_keeps_the_top_fraction_and_scales_only_kept_rows():
     assert eden.keep_top(abs_adv, np.zeros(8, bool), 0.5).sum() == 0
 
     c = eden_config.get_config("smoke")  # G = 4, 1 noisy per group
-    ex = eden.EDEN(c.exploration.eden, c)
+    (ex,) = base.build(config_lib.spec(c))
     rewards = [[1, 0, 0, 1], [0, 0, 0, 0], [1, 1, 1, 0], [0, 1, 0, 1]]
     noisy = np.tile([False, False, False, True], 4)
     adv = np.array([0.8, -0.8, -0.8, 0.8, 0, 0, 0, 0, 0.5, 0.5, 0.5, -1.5, -0.6, 0.6, -0.6, 0.6])
@@ -155,12 +157,13 @@ def test_screen_keeps_viable_candidates_in_drawn_order(monkeypatch, caplog):
         return [scores[r] for r in routes]
 
     monkeypatch.setattr(eden, "_probe", probe)
-    e = eden.EDEN.defaults()
-    e.bank_size, e.tolerance = 2, 0.1
+    e = eden.EDEN.Settings(bank_size=2, tolerance=0.1)
     ctx = base.StepContext(None, None, _Tok(), None, 0, train_set=[None] * 8)
     ids, report = eden.screen(ctx, [12, 11, 14, 13, 15], e)
     assert ids == [11, 13] and report["clean_accuracy"] == 0.5
-    e.bank_size = 4  # only 11, 13, 15 viable: topped up with the most accurate other
+    e = dataclasses.replace(
+        e, bank_size=4
+    )  # only 11, 13, 15 viable: topped up with the most accurate other
     ids, _ = eden.screen(ctx, [12, 11, 14, 13, 15], e)
     assert ids == [11, 13, 15, 14] and "3 of 5 candidates viable" in caplog.text
 
@@ -183,29 +186,26 @@ def test_word_pool_and_bank_determinism(run, tmp_path):
         np.testing.assert_array_equal(
             np.asarray(again[k]), np.asarray(progress.explorers["eden"][k])
         )
-    other = eden.EDEN(ex.config.copy_and_resolve_references(), r.config)
-    other.config.bank_seed = 7
+    other = eden.EDEN(dataclasses.replace(ex.settings, bank_seed=7), r.spec)
     assert not np.array_equal(np.asarray(other.init(ctx)["ids"]), np.asarray(again["ids"]))
 
 
 def test_user_supplied_bank_tokens(run):
     r, progress = run
-    e = eden.EDEN.defaults()
-    e.bank_tokens, e.bank_size, e.noisy = "apple, river", 2, 1
-    ex = eden.EDEN(e, r.config)
-    ex.check()
+    e = eden.EDEN.Settings(bank_tokens="apple, river", bank_size=2, noisy=1)
+    eden.EDEN.check(e, r.spec)
+    ex = eden.EDEN(e, r.spec)
     state = ex.init(r.context(progress.state.params, 0))
     assert [r.tok.decode([i]) for i in np.asarray(state["ids"])] == [" apple", " river"]
     # exact: a bank vector is the word's embedding row, copied
     np.testing.assert_array_equal(
         np.asarray(state["vectors"][1]), np.asarray(progress.state.params["embed"][state["ids"][1]])
     )
-    e.bank_tokens = "apple, pneumonoultramicroscopic"
+    e = dataclasses.replace(e, bank_tokens="apple, pneumonoultramicroscopic")
     with pytest.raises(ValueError, match="'pneumonoultramicroscopic' is"):
-        eden.EDEN(e, r.config).init(r.context(progress.state.params, 0))
-    e.bank_size = 3
+        eden.EDEN(e, r.spec).init(r.context(progress.state.params, 0))
     with pytest.raises(ValueError, match="bank_tokens has 2 words, bank_size=3"):
-        eden.EDEN(e, r.config).check()
+        eden.EDEN.check(dataclasses.replace(e, bank_size=3), r.spec)
 
 
 def test_bank_survives_resume(tmp_path):

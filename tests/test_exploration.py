@@ -1,6 +1,7 @@
 """The Explorer interface: explorers written here plug in without touching core modules,
 compose in order, keep their state through checkpoints, and conflicting ones are refused."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -31,11 +32,10 @@ class Toy(base.Explorer):
     and counts the steps and rows it has shaped (its checkpointed state), and how often it
     saw each problem (host-side state keyed by the problems' stable ids)."""
 
-    @staticmethod
-    def defaults():
-        from ml_collections import ConfigDict
-
-        return ConfigDict({"tau": 0.5, "weight": 0.5})
+    @dataclasses.dataclass(frozen=True)
+    class Settings:
+        tau: float = 0.5  # the cooled rows' temperature factor
+        weight: float = 0.5  # their loss weight
 
     def init(self, ctx):
         return {
@@ -45,14 +45,14 @@ class Toy(base.Explorer):
         }
 
     def plan(self, state, plan, ctx, rng):
-        g = ctx.config.rollout.group_size
+        g = ctx.spec.rollout.group_size
         cool = (jnp.arange(plan.temperature.shape[0]) % g) >= g // 2
-        tau = jnp.where(cool[:, None], self.config.tau * plan.temperature, plan.temperature)
+        tau = jnp.where(cool[:, None], self.settings.tau * plan.temperature, plan.temperature)
         return plan.replace(temperature=tau, info={**plan.info, self.name: {"cool": cool}})
 
     def shape(self, state, rollouts, advantages, weights, ctx):
         cool = np.asarray(rollouts.plan.info[self.name]["cool"])
-        weights = np.where(cool, self.config.weight * weights, weights)
+        weights = np.where(cool, self.settings.weight * weights, weights)
         seen = dict(state["seen"].data)
         for p in rollouts.problems:
             seen[p.id] = seen.get(p.id, 0) + 1
@@ -133,8 +133,9 @@ def test_plans_compose_in_order():
     c = _config(("ead", "test_toy"))
     c.rollout.temperature = 1.0
     with pytest.warns(UserWarning, match="EAD without TIS"):
-        explorers = base.build(c)
-    ctx = base.StepContext(None, None, None, c, step=0)
+        spec = config_lib.spec(c)
+    explorers = base.build(spec)
+    ctx = base.StepContext(None, None, None, spec, step=0)
     states = {"ead": {}, "test_toy": None}
     p = base.plan(explorers, states, base_plan(8, 16, 1.0, []), ctx, jax.random.key(0))
     ead = np.asarray(explorers[0].table(16, 0))
@@ -145,7 +146,7 @@ def test_plans_compose_in_order():
 
 def test_config_errors_name_the_problem():
     with pytest.raises(ValueError, match="exploration.methods='nope': known"):
-        config_lib.validate(_config(("nope",)))
+        config_lib.spec(_config(("nope",)))
     # in a process that has imported no method yet (the registry is filled on import)
     out = subprocess.run(
         [sys.executable, "-c", "from explore_rl.exploration import base; base.get('nope')"],
@@ -154,12 +155,12 @@ def test_config_errors_name_the_problem():
     last = out.stderr.strip().splitlines()[-1]
     assert all(repr(m) in last for m in ("ase", "ead", "eden", "extra")), last
     with pytest.raises(ValueError, match="'test_anchor_a' and 'test_anchor_b' both set extra"):
-        config_lib.validate(_config(("test_anchor_a", "test_anchor_b")))
+        config_lib.spec(_config(("test_anchor_a", "test_anchor_b")))
     c = _config(("ead",))
     c.exploration.ead = base.get("ead").defaults()
     c.exploration.ead.convention = "book"
     with pytest.raises(ValueError, match="convention='book'"):
-        config_lib.validate(c)
+        config_lib.spec(c)
 
 
 def test_plan_rows_of_one_group():
@@ -199,9 +200,8 @@ def test_a_method_defined_outside_the_package_is_named_module_colon_class():
     c = _config(("test_exploration:Toy",))
     c.exploration.test_toy = Toy.defaults()
     c.exploration.test_toy.tau = 0.25
-    config_lib.validate(c)
-    (toy,) = base.build(c)
-    assert isinstance(toy, Toy) and toy.config.tau == 0.25
+    (toy,) = base.build(config_lib.spec(c))
+    assert isinstance(toy, Toy) and toy.settings == Toy.Settings(tau=0.25)
     assert config_lib.resolved(c).exploration.test_toy.tau == 0.25
     for name, words in [
         ("no_such_module_xyz:Toy", "cannot import no_such_module_xyz"),
@@ -209,4 +209,4 @@ def test_a_method_defined_outside_the_package_is_named_module_colon_class():
         ("test_exploration:_config", "not an Explorer subclass decorated with @register"),
     ]:
         with pytest.raises(ValueError, match=f"^config: exploration.methods.*{words}"):
-            config_lib.validate(_config((name,)))
+            config_lib.spec(_config((name,)))

@@ -76,7 +76,7 @@ def test_a_trained_run_exports_for_transformers_and_reloads_exactly(preset, tmp_
         assert os.path.isfile(os.path.join(out, name)), name
     with open(os.path.join(out, "generation_config.json")) as f:
         assert json.load(f)["eos_token_id"]
-    params, cfg, tok = weights.load_model(out)
+    params, cfg, tok = weights.load(out)
     assert _same(params, trained)  # the trained step's params, bit for bit (stored as is)
     _transformers_matches(out, params, cfg, tok)
 
@@ -90,7 +90,7 @@ def test_export_shards_casts_and_refuses_a_used_folder(tmp_path):
     with open(os.path.join(out, "model.safetensors.index.json")) as f:
         shards = set(json.load(f)["weight_map"].values())
     assert len(shards) > 1 and all(os.path.isfile(os.path.join(out, s)) for s in shards)
-    params, _, _ = weights.load_model(out, param_dtype="bfloat16", dtype="bfloat16")
+    params, _, _ = weights.load(out, param_dtype="bfloat16", dtype="bfloat16")
     folder, step = checkpoint_lib.locate(str(tmp_path / "run"), 1)
     step1 = checkpoint_lib.restore_subset(folder, step, {"state": {"params": trained}})
     step1 = step1["state"]["params"]
@@ -110,7 +110,7 @@ def test_the_embedded_model_exports_through_the_cli(tmp_path):
         "--mode", "export", "--config", "configs/grpo.py:demo", "--workdir", str(tmp_path / "hf")
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    params, cfg, tok = weights.load_model(str(tmp_path / "hf"))
-    reference, _, _ = weights.load_model("embedded")
+    params, cfg, tok = weights.load(str(tmp_path / "hf"))
+    reference, _, _ = weights.load("embedded")
     assert _same(params, reference)
     _transformers_matches(str(tmp_path / "hf"), params, cfg, tok)

@@ -12,15 +12,16 @@ import pytest
 from conftest import assert_float32_close, run_main
 
 from configs import extra as extra_config
+from explore_rl import config as config_lib
 from explore_rl import testing
-from explore_rl.exploration import extra
+from explore_rl.exploration import base, extra
 from explore_rl.hoststate import HostState
 from explore_rl.logs import read_metrics
 from explore_rl.models import minilm, transformer
 from explore_rl.modes import eval as eval_mode
 from explore_rl.rewards.math import Verifier
 from explore_rl.rl.train_step import score
-from explore_rl.train import build, loop, steps
+from explore_rl.train import loop, steps
 
 # the MiniLM in another batch, mu against a full forward
 pytestmark = pytest.mark.numerics
@@ -142,7 +143,7 @@ def test_regeneration_pushes_the_lowest_entropy_prefix_of_a_hard_group():
 
     c = extra_config.get_config("smoke")
     c.exploration.extra.update(min_gap=2, features="ngram")
-    ex = extra.ExTra(c.exploration.extra, c)
+    (ex,) = base.build(config_lib.spec(c))
     # row 1 has the lower mean token entropy; its line breaks (token 9) at 1, 4, 7 and 10,
     # each >= 2 after the last kept, the last (10) dropped: cuts 1, 4 and 7, whose prefixes'
     # MTEs are 0.2, 0.2 and (5 x 0.2) / 8 = 0.125: the lowest is the longest
@@ -176,7 +177,7 @@ def test_the_step_consumes_exactly_the_queue_entries_its_plan_took():
 
     c = extra_config.get_config("regen,smoke")
     c.exploration.extra.warmup = 100  # no regeneration: only the queue moves
-    ex = extra.ExTra(c.exploration.extra, c)
+    (ex,) = base.build(config_lib.spec(c))
     queue = [{"question": f"q{i}", "answer": "1", "prefix": [1]} for i in range(3)]
     state = {
         "pushed": np.int32(0),
@@ -243,7 +244,7 @@ def test_guided_rows_use_their_own_answer_and_carry_no_prefix_loss(monkeypatch, 
     c = extra_config.get_config("smoke")
     c.reward.fn = "test_extra:prefix_and_own_answer"
     with Verifier(1, 5.0) as verifier:
-        run, progress, _ = build.start(c, str(tmp_path), verifier)
+        run, progress, _ = testing.start(c, str(tmp_path), verifier)
         ro, _, _ = steps.collect(run, progress, 0)
         batch, states, metrics = steps.make_batch(run, progress, ro, 0)
     # the last of the 2 groups is the guided prompt, rewarded against its own answer
@@ -286,7 +287,7 @@ def test_the_bonus_enters_after_or_before_the_group_normalisation(tmp_path):
     with Verifier(1, 5.0) as verifier:
         for at in ("after", "before"):
             c.exploration.extra.novelty_at = at
-            run, progress, _ = build.start(c, str(tmp_path / at), verifier)
+            run, progress, _ = testing.start(c, str(tmp_path / at), verifier)
             if ro is None:  # one set of rollouts for both
                 ro = steps.collect(run, progress, 0)[0]
             batches[at], _, _ = steps.make_batch(run, progress, ro, 0)
@@ -376,20 +377,20 @@ def test_extra_composes_with_ead_through_the_cli(tmp_path):
 
 
 def test_config_errors_name_the_field():
-    c = extra_config.get_config("smoke")
+    def resolve(**changes):
+        c = extra_config.get_config("smoke")
+        c.exploration.extra.update(changes)
+        return config_lib.spec(c)
+
     for field, value, message in [
         ("features", "bleu", "features='bleu'"),
         ("tau", 0.0, "tau=0.0: must be > 0"),
         ("guided_frac", 2.0, "guided_frac=2.0"),
     ]:
-        bad = c.exploration.extra.copy_and_resolve_references()
-        bad[field] = value
         with pytest.raises(ValueError, match=f"config: exploration.extra.{message}"):
-            extra.ExTra(bad, c).check()
-    none = c.exploration.extra.copy_and_resolve_references()
-    none.novelty = none.regen = False
+            resolve(**{field: value})
     with pytest.raises(ValueError, match="nothing to do"):
-        extra.ExTra(none, c).check()
+        resolve(novelty=False, regen=False)
 
 
 def test_the_diversity_of_correct_responses_at_evaluation(encoder):

@@ -16,16 +16,18 @@ from explore_rl.exploration import base as exploration
 from explore_rl.models import presets
 from explore_rl.rl import footprint
 from explore_rl.rl.train_step import make_optimizer
+from explore_rl.spec import replace
 from explore_rl.train import loop, sizing
 
 ONE = {"data": 1, "fsdp": 1, "tensor": 1}  # one device
 
 
 def _estimate(c, longest_prompt=40):
-    cfg, _ = config_lib.model_spec(c)
-    optimizer = make_optimizer(config_lib.optim_config(c))
-    shape = sizing.step_shape(c, longest_prompt, ONE)
-    return cfg, shape, footprint.estimate(cfg, ONE, optimizer, shape, bool(c.rl.kl_coef))
+    s = config_lib.spec(c)
+    cfg, _ = config_lib.model_spec(s.model)
+    optimizer = make_optimizer(s.optim)
+    shape = sizing.step_shape(s, longest_prompt, ONE)
+    return cfg, shape, footprint.estimate(cfg, ONE, optimizer, shape, bool(s.loss.kl_coef))
 
 
 def test_terms_by_hand_on_one_device():
@@ -52,12 +54,14 @@ def test_terms_by_hand_on_one_device():
 
 def test_methods_that_prefill_more_or_longer_prompts_are_counted():
     c = grpo.get_config("smoke")  # 2 prompts x 4 rows x 8 tokens, prompts in the 48 bucket
+    s = config_lib.spec(c)
     kv = lambda shape: footprint.estimate(  # noqa: E731
-        config_lib.model_spec(c)[0], ONE, make_optimizer(config_lib.optim_config(c)), shape,
-        False,
+        config_lib.model_spec(s.model)[0], ONE, make_optimizer(s.optim), shape, False,
     ).terms["KV cache"]  # fmt: skip
-    base = sizing.step_shape(c, 40, ONE)
-    shaped = lambda c: exploration.step_shape(exploration.build(c), base)  # noqa: E731
+    base = sizing.step_shape(s, 40, ONE)
+    shaped = lambda c: exploration.step_shape(  # noqa: E731
+        exploration.build(config_lib.spec(c)), base
+    )
     a = ase.get_config("smoke")  # K = 3 routes and the clean one: 4 prefills a problem
     assert (shaped(a).prompts, shaped(a).prompt_len) == (2 * 4, 48)
     assert kv(shaped(a)) == 2 * 2 * 2 * 8 * 4 * (8 * 48 + 8 * 8)
@@ -103,12 +107,12 @@ def test_every_paper_config_fits_one_node_of_eight_80_gb_devices(name):
     whole = config_lib.load(f"configs/{name}.py:paper")
     whole.model.update(bench.LONG_MODES["dense"])
     whole.optim.micro_batch_tokens, whole.optim.micro_batches = 0, 8
-    settings = {k: whole.model[k] for k in config_lib.RUN_SETTINGS}
+    w = config_lib.resolve(whole)
+    settings = config_lib.run_settings(w.model)
     cfg = presets.get_preset(os.path.basename(c.model.path).lower(), **settings)
     before = sizing.estimate(
-        whole, cfg, {"data": 1, "fsdp": 8, "tensor": 1},
-        make_optimizer(config_lib.optim_config(whole)), whole.rollout.max_prompt_len,
-        exploration.build(whole), (80 * 10**9, "80 GB"),
+        w, cfg, {"data": 1, "fsdp": 8, "tensor": 1}, make_optimizer(w.optim),
+        w.rollout.max_prompt_len, exploration.build(w), (80 * 10**9, "80 GB"),
     )  # fmt: skip
     assert before.peak > 2 * est.capacity, before.summary()
 
@@ -120,11 +124,12 @@ def test_auto_slots_take_the_most_that_fit():
     c.rollout.prompts, c.rollout.group_size, c.rollout.max_new_tokens = 32, 16, 256
     c.rl.minibatches, c.model.logits_chunk = 32, 4  # a small update: the rollout sets the peak
     c.rollout.slots = "auto"
-    cfg, _ = config_lib.model_spec(c)
-    args = (c, cfg, ONE, make_optimizer(config_lib.optim_config(c)), 40, [])
+    s = config_lib.spec(c)
+    cfg, _ = config_lib.model_spec(s.model)
+    args = (s, cfg, ONE, make_optimizer(s.optim), 40, [])
     sized, est = sizing.size(*args)
     assert sized.rollout.slots == 0 and est.fits  # every row at once fits on this host
-    peak = lambda n: sizing.estimate(sizing._variant(c, **{"rollout.slots": n}), *args[1:]).peak  # noqa: E731
+    peak = lambda n: sizing.estimate(replace(s, **{"rollout.slots": n}), *args[1:]).peak  # noqa: E731
     small = (int((peak(300) + peak(301)) / 2 / sizing.SLOTS_HEADROOM), "a small device")
     expected = max(n for n in range(1, 512) if peak(n) <= sizing.SLOTS_HEADROOM * small[0])
     assert 256 < expected < 512 and sizing.fit_slots(*args, capacity=small) == expected
@@ -151,14 +156,15 @@ def test_auto_slots_size_an_evaluation_batch_too():
     c = grpo.get_config("smoke")
     c.rollout.slots = "auto"
     c.eval.batch_prompts, c.eval.samples, c.eval.max_new_tokens = 32, 16, 256
-    v = sizing.eval_variant(c)
+    s = config_lib.spec(c)
+    v = sizing.eval_variant(s)
     assert (v.rollout.prompts, v.rollout.group_size, v.rollout.max_new_tokens) == (32, 16, 256)
-    cfg, _ = config_lib.model_spec(c)
-    args = (v, cfg, ONE, make_optimizer(config_lib.optim_config(c)), 40, [])
+    cfg, _ = config_lib.model_spec(s.model)
+    args = (v, cfg, ONE, make_optimizer(s.optim), 40, [])
     assert sizing.fit_slots(*args) == 0  # every row at once fits on this host
 
     def need(n):
-        e = sizing.estimate(sizing._variant(v, **{"rollout.slots": n}), *args[1:])
+        e = sizing.estimate(replace(v, **{"rollout.slots": n}), *args[1:])
         return e.resident + e.rollout
 
     small = (int(need(100) / sizing.SLOTS_HEADROOM) + 1, "a small device")
@@ -174,15 +180,15 @@ def test_auto_slots_size_a_sample_run():
     c = grpo.get_config("smoke")
     c.rollout.slots = "auto"
     c.sample.samples_per_prompt, c.sample.max_new_tokens = 16, 256
-    cfg, _ = config_lib.model_spec(c)
+    cfg, _ = config_lib.model_spec(config_lib.model_settings(c))
     rows = [[1] * 40] * 32
-    v = sizing.sample_variant(c, len(rows))
+    v = sizing.sample_variant(config_lib.spec(c), len(rows), 16, 256)
     assert (v.rollout.prompts, v.rollout.group_size, v.rollout.max_new_tokens) == (32, 16, 256)
     assert sample.engine_for(c, cfg, rows, ONE).slots == 0  # every row at once fits here
     args = (v, cfg, ONE, optax.identity(), 40, [])
 
     def need(n):
-        e = sizing.estimate(sizing._variant(v, **{"rollout.slots": n}), *args[1:])
+        e = sizing.estimate(replace(v, **{"rollout.slots": n}), *args[1:])
         return e.resident + e.rollout
 
     small = (int(need(100) / sizing.SLOTS_HEADROOM) + 1, "a small device")

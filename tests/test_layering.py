@@ -19,7 +19,7 @@ LAYERS = (
             "checkpoint", "logs", "registry", "hoststate", "caching", "memory",
         ),
     ),
-    ("contract", ("exploration.base",)),  # what the loop and the methods both depend on
+    ("contract", ("exploration.base", "spec")),  # what the loop and the methods both depend on
     ("methods", ("exploration",)),  # one module per exploration method
     ("loop", ("config", "train", "evaluation.evaluate")),  # the run spec, the GRPO loop
     ("modes", ("main", "modes")),  # one module per --mode; main parses and dispatches
@@ -133,3 +133,34 @@ def test_an_import_inside_a_function_counts(tmp_path):
     (pkg / "rl" / "plan.py").write_text("def f():\n    from explore_rl.train import loop\n")
     assert package_imports(pkg)["rl.plan"] == {"train.loop"}
     assert violations(package_imports(pkg)) == ["rl.plan (core) imports train.loop (loop)"]
+
+
+# Where a ConfigDict may be named: the entry point's translation into the run spec
+# (`config`), a method's defaults made into its config section (`exploration.base`), and
+# the modes and tools, which take a config from the command line or a notebook.
+CONFIG_READERS = {"config", "exploration.base"}
+
+
+def configdict_importers(root: pathlib.Path) -> set[str]:
+    """The package's modules that import ml_collections."""
+    out = set()
+    for p in root.rglob("*.py"):
+        parts = p.relative_to(root).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            names = (
+                [a.name for a in node.names] if isinstance(node, ast.Import)
+                else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            )  # fmt: skip
+            if any(n == "ml_collections" or n.startswith("ml_collections.") for n in names):
+                out.add(name)
+    return out
+
+
+def test_below_the_entry_point_nothing_reads_a_configdict():
+    """The loop, evaluation, the methods and the core get the frozen, typed run spec
+    (`spec.RunSpec`, resolved once by `config.spec`), never the ConfigDict."""
+    importers = configdict_importers(PACKAGE)
+    assert {"config", "main"} <= importers  # the scan sees the entry point's own imports
+    modes = min(i for i, (name, _) in enumerate(LAYERS) if name == "modes")
+    assert {m for m in importers if layer_of(m) < modes} - CONFIG_READERS == set()

@@ -249,4 +249,4 @@ def test_memory_settings_are_checked():
     c = grpo.get_config("smoke")
     c.optim.micro_batch_tokens, c.optim.micro_batches = 4096, 2
     with pytest.raises(ValueError, match="micro_batches=2 with optim.micro_batch_tokens=4096"):
-        config_lib.validate(c)
+        config_lib.spec(c)

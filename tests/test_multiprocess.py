@@ -17,7 +17,6 @@ from configs import ase
 from explore_rl import config as config_lib
 from explore_rl import testing
 from explore_rl.logs import read_metrics
-from explore_rl.train import build
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +74,7 @@ def final_state(workdir):
     """The newest checkpoint of `workdir` restored in this (one-device) process."""
     c = ase.get_config("smoke")
     c.train.eval_every, c.reward.fn = 0, testing.PARITY
-    _, progress, ckpt = build.start(c, str(workdir), verifier=None)
+    _, progress, ckpt = testing.start(c, str(workdir), None)
     ckpt.close()
     return progress
 
@@ -100,7 +99,9 @@ def test_two_processes_train_like_one_and_resume(tmp_path):
     banks = [(np.asarray(x), np.asarray(y)) for x, y in
              zip(jax.tree.leaves(a.explorers), jax.tree.leaves(b.explorers))]  # fmt: skip
     assert banks and all(x.shape == y.shape and np.array_equal(x, y) for x, y in banks)
-    start = jax.tree.leaves(config_lib.load_policy(ase.get_config("smoke"))[0])
+    start = jax.tree.leaves(
+        config_lib.load_policy(config_lib.model_settings(ase.get_config("smoke")), 0)[0]
+    )
     moved = [not np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a.state.params), start)]
     assert any(moved)  # two real updates, not a comparison of untouched weights
     rows, ref = read_metrics(str(two)), read_metrics(str(one))

@@ -34,12 +34,12 @@ def saw_the_prefix(response, problem):
 @pytest.fixture(scope="module")
 def guided():
     c = grpo.get_config("smoke")
-    params, cfg, tok = config_lib.load_policy(c)
+    params, cfg, tok = config_lib.load_policy(config_lib.model_settings(c), c.seed)
     prefix = tuple(tok.encode(PREFIX_TEXT))
     problems = [Problem("What is 3 + 4?", "7", prefix), Problem("What is 1 + 1?", "2")]
     g, t = 3, 6
     settings = dataclasses.replace(
-        config_lib.rollout_settings(c, tok),
+        config_lib.spec(c).rollout_settings(tok),
         reward=saw_the_prefix,
         sampling=SamplingConfig(t),  # no stop ids: every row has t response tokens
     )

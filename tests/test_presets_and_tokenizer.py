@@ -66,7 +66,7 @@ def test_load_model_from_hf_folder_with_tokenizer(tmp_path, hf_tokenizer_folder)
     for f in folder.iterdir():
         shutil.copy(f, tmp_path)
     with pytest.raises(ValueError, match="tokenizer has 49152 tokens, the model only 64"):
-        weights.load_model(str(tmp_path))
+        weights.load(str(tmp_path))
 
 
 def test_sentencepiece_folder(tmp_path):

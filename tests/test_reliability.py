@@ -92,7 +92,7 @@ def _cli(*args, driver=None):
 
 def _final_params(workdir, step):
     c = grpo.get_config("smoke")
-    params, _, _ = config_lib.load_policy(c)
+    params, _, _ = config_lib.load_policy(config_lib.model_settings(c), c.seed)
     folder, step = checkpoint_lib.locate(workdir, step)
     return checkpoint_lib.restore_subset(folder, step, {"state": {"params": params}})
 

@@ -159,10 +159,10 @@ def test_reward_registry_and_config_errors(tmp_path, monkeypatch):
     ]:
         c.reward.fn = bad
         with pytest.raises(ValueError, match=message):
-            config_lib.validate(c)
+            config_lib.spec(c)
     c.reward.fn, c.reward.name = "", "chess"
     with pytest.raises(ValueError, match=r"reward.name='chess': known \['math'\]"):
-        config_lib.validate(c)
+        config_lib.spec(c)
 
 
 @pytest.mark.slow

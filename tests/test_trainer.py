@@ -18,7 +18,7 @@ from explore_rl import config as config_lib
 from explore_rl.logs import read_metrics
 from explore_rl.modes import eval as eval_mode
 from explore_rl.rl.plan import base_plan
-from explore_rl.train import build, loop, steps
+from explore_rl.train import loop, steps
 
 pytestmark = pytest.mark.slow
 
@@ -100,15 +100,15 @@ def test_config_validation_messages():
     c = grpo.get_config("smoke")
     c.rollout.group_size = 1
     with pytest.raises(ValueError, match="group_size=1"):
-        config_lib.validate(c)
+        config_lib.spec(c)
     c = grpo.get_config("smoke")
     c.rl.aggregation = "mean"
     with pytest.raises(ValueError, match="aggregation='mean'"):
-        config_lib.validate(c)
+        config_lib.spec(c)
     c = grpo.get_config("smoke")
     c.optim.micro_batches = 3
     with pytest.raises(ValueError, match="micro_batches=3 must divide"):
-        config_lib.validate(c)
+        config_lib.spec(c)
     with pytest.raises(ValueError, match=r"grpo.py:huge: .* scales \[.smoke., .demo., .paper.\]"):
         grpo.get_config("huge")
 
@@ -118,13 +118,13 @@ def _fake_rollouts(rewards):
     from explore_rl.data.tasks import Problem
     from explore_rl.rl.plan import RolloutPlan
     from explore_rl.rl.rollout import Rollouts
-    from explore_rl.sampling.sampler import Rollout
+    from explore_rl.sampling.sampler import Samples
 
     rewards = np.asarray(rewards, np.float32)
     q, g = rewards.shape
     rows = np.arange(q * g)
     zeros = jax.numpy.zeros((q * g, 3))
-    out = Rollout(
+    out = Samples(
         tokens=jax.numpy.asarray(np.repeat(rows[:, None], 3, 1)),
         mask=jax.numpy.ones((q * g, 3), bool),
         logprobs=zeros,
@@ -180,30 +180,34 @@ def test_pi_old_pass_is_skipped_only_when_mu_is_pi_old():
     def plan(c):
         return base_plan(4, 16, c.rollout.temperature, [])
 
+    def skipped(c, p=None):
+        return steps.behaviour_is_pi_old(config_lib.spec(c), plan(c) if p is None else p)
+
     c = grpo.get_config("demo")
-    assert c.rl.minibatches == 4 and steps.behaviour_is_pi_old(c, plan(c))
+    assert c.rl.minibatches == 4 and skipped(c)
     # pi_old is the sampling policy whatever the number of optimizer steps on the batch
     for field, value in [("ppo_epochs", 2), ("minibatches", 2)]:
         changed = grpo.get_config("demo")
         setattr(changed.rl, field, value)
-        assert steps.behaviour_is_pi_old(changed, plan(changed)), field
+        assert skipped(changed), field
     hot = grpo.get_config("demo")
     hot.rollout.temperature = 1.2  # scored at the rollout temperature: still mu = pi_old
-    assert steps.behaviour_is_pi_old(hot, plan(hot))
+    assert skipped(hot)
     hot.rl.score_temperature = "1.0"  # scored at 1: the sampler drew from another policy
-    assert not steps.behaviour_is_pi_old(hot, plan(hot))
+    assert not skipped(hot)
     for field, value in [("top_p", 0.95), ("top_k", 20)]:
         changed = grpo.get_config("demo")
         setattr(changed.rollout, field, value)
-        assert not steps.behaviour_is_pi_old(changed, plan(changed)), field
+        assert not skipped(changed), field
     c.rl.pi_old = "recompute"
-    assert not steps.behaviour_is_pi_old(c, plan(c))
+    assert not skipped(c)
     c.rl.pi_old = "auto"
-    ctx = base.StepContext(None, None, None, c, step=3)
-    annealed = EAD(EAD.defaults(), c).plan({}, plan(c), ctx, None)  # hot from t = c = 10
-    assert not steps.behaviour_is_pi_old(c, annealed)
+    spec = config_lib.spec(c)
+    ctx = base.StepContext(None, None, None, spec, step=3)
+    annealed = EAD(EAD.Settings(), spec).plan({}, plan(c), ctx, None)  # hot from t = c = 10
+    assert not skipped(c, annealed)
     steered = plan(c).replace(interventions=Interventions(steer=jax.numpy.zeros((4, 8))))
-    assert not steps.behaviour_is_pi_old(c, steered)
+    assert not skipped(c, steered)
 
 
 def test_kl_to_the_frozen_reference_through_the_trainer(tmp_path):
@@ -230,7 +234,7 @@ def test_eval_of_any_checkpoint_restores_params_only_and_writes_the_responses(tm
     folder, step = checkpoint.locate(str(tmp_path / "run"), 2)
     params = checkpoint.restore_subset(folder, step, {"state": {"params": _params(c)}})
     full = Checkpointer(str(tmp_path / "run")).restore(
-        2, build.start(c, str(tmp_path / "x"), None)[1]
+        2, testing.start(c, str(tmp_path / "x"), None)[1]
     )
     # exact: two restores of the same saved arrays
     for a, b in zip(jax.tree.leaves(params["state"]["params"]), jax.tree.leaves(full.state.params)):
@@ -259,7 +263,7 @@ def test_eval_of_any_checkpoint_restores_params_only_and_writes_the_responses(tm
 
 
 def _params(c):
-    return config_lib.load_policy(c)[0]
+    return config_lib.load_policy(config_lib.model_settings(c), c.seed)[0]
 
 
 def test_a_wandb_offline_run_writes_its_files_and_resumes_the_same_run(tmp_path, monkeypatch):

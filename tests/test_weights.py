@@ -91,12 +91,12 @@ def test_truncated_safetensors(hf_folder, tmp_path):
 def test_corrupt_gguf(tmp_path, embedded_gguf):
     garbage = tmp_path / "garbage.gguf"
     garbage.write_bytes(np.random.default_rng(0).bytes(4096))
-    _one_line_error(weights.load_gguf, str(garbage), contains=(str(garbage), "not a valid GGUF"))
+    _one_line_error(weights.load, str(garbage), contains=(str(garbage), "not a valid GGUF"))
     truncated = tmp_path / "truncated.gguf"
     with open(embedded_gguf, "rb") as f:
         truncated.write_bytes(f.read(5_000_000))
-    _one_line_error(weights.load_gguf, str(truncated), contains=(str(truncated),))
+    _one_line_error(weights.load, str(truncated), contains=(str(truncated),))
 
 
 def test_missing_path():
-    _one_line_error(weights.load_model, "/nonexistent/model", contains=("/nonexistent/model",))
+    _one_line_error(weights.load, "/nonexistent/model", contains=("/nonexistent/model",))

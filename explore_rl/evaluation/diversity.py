@@ -90,29 +90,30 @@ def compare(standard: list[list], perturbed: list[list]) -> dict[str, float]:
 
 def analyse(c, prompts: int, samples: int) -> dict:
     """Sample both sides at temperature 1 with the initial policy and compare them."""
-    params, cfg, tok = config_lib.load_policy(c)
-    train_set, tests = config_lib.load_problems(c)
+    spec = config_lib.spec(c)
+    params, cfg, tok = config_lib.load_policy(spec.model, spec.seed)
+    train_set, tests = config_lib.load_problems(spec)
     problems = next(iter(tests.values()))[:prompts]
-    ex = next((e for e in base.build(c) if e.name == "eden"), None)
+    ex = next((e for e in base.build(spec) if e.name == "eden"), None)
     if ex is None:
         raise ValueError("diversity: the config has no 'eden' in exploration.methods")
     out = {"standard": [], "null": [], "perturbed": []}
-    with config_lib.verifier(c) as verifier:
-        settings = config_lib.rollout_settings(c, tok)
-        ctx = base.StepContext(params, cfg, tok, c, 0, train_set, verifier, settings=settings)
+    with config_lib.verifier(spec.reward) as verifier:
+        settings = spec.rollout_settings(tok)
+        ctx = base.StepContext(params, cfg, tok, spec, 0, train_set, verifier, settings=settings)
         bank = ex.init(ctx)
-        key = jax.random.key(c.seed)
+        key = jax.random.key(spec.seed)
         for start in range(0, len(problems), 8):
             chunk = problems[start : start + 8]
             key, k_side, k_null, k_anchor, k_noise = jax.random.split(key, 5)
             b = len(chunk) * samples
             anchor = jax.random.randint(k_anchor, (len(chunk),), 0, bank["ids"].shape[0])
             a = jnp.repeat(bank["vectors"][anchor], samples, axis=0)
-            slot = a + eden.noise(k_noise, a, ex.config.rho)
+            slot = a + eden.noise(k_noise, a, ex.settings.rho)
             iv = Interventions(extra_embeds=slot[:, None], extra_mask=jnp.ones((b, 1), bool))
             sides = (("standard", None, k_side), ("null", None, k_null), ("perturbed", iv, k_side))
             for side, interventions, k in sides:
-                tau = jnp.ones((b, c.rollout.max_new_tokens))
+                tau = jnp.ones((b, spec.rollout.max_new_tokens))
                 ro = rollout_lib.generate(
                     params,
                     cfg,

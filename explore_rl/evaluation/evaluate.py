@@ -1,7 +1,7 @@
 """Held-out evaluation: n samples per question, Mean@n, Pass@k for every k <= n, Maj@n.
 
 Per benchmark and averaged over benchmarks; sampling temperature and top-p from the
-config (0.6 / 0.95 by default, as EDEN and ASE report). `plan_fn` lets explorers that
+run spec (0.6 / 0.95 by default, as EDEN and ASE report). `plan_fn` lets explorers that
 act at test time (EAD's annealed schedule) edit each batch's plan; default: plain policy.
 With `eval.diversity`, also the diversity of each question's correct responses (at least
 two of them), averaged over questions: distinct-4, Self-BLEU and LogDet of their
@@ -18,13 +18,13 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
-from explore_rl import config as config_lib
 from explore_rl.data.tasks import Problem
 from explore_rl.evaluation import metrics
 from explore_rl.rewards.math import Verifier, extract_answer
 from explore_rl.rl import rollout
 from explore_rl.rl.plan import base_plan
 from explore_rl.sampling.engine import EngineConfig
+from explore_rl.spec import RunSpec
 
 
 class Stopped(Exception):
@@ -36,7 +36,7 @@ def evaluate(
     cfg,
     tok,
     benchmarks: dict[str, list[Problem]],
-    config,
+    spec: RunSpec,
     verifier: Verifier,
     rng: jax.Array,
     plan_fn=None,
@@ -48,9 +48,9 @@ def evaluate(
     appended to it (benchmark, question, reference, response, extracted answer, correct).
     `stop` is asked before each batch: True raises `Stopped` (a preempted run checkpoints
     within a batch's time, not after the whole evaluation). `engine`: the decode slots a
-    run sized for it (default: the config's)."""
-    e, n = config.eval, config.eval.samples
-    settings = config_lib.eval_settings(config, tok)
+    run sized for it (default: the spec's)."""
+    e, n = spec.eval, spec.eval.samples
+    settings = spec.eval_settings(tok)
     if engine is not None:
         settings = dataclasses.replace(settings, engine=engine)
     results: dict[str, float] = {}

@@ -59,7 +59,6 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
-from ml_collections import ConfigDict
 from scipy.optimize import linear_sum_assignment
 from sklearn.cluster import KMeans
 from sklearn.decomposition import PCA
@@ -68,6 +67,7 @@ from explore_rl.exploration.base import Explorer, Shaped, StepContext, register
 from explore_rl.models.transformer import Interventions
 from explore_rl.rl.plan import RolloutPlan
 from explore_rl.rl.train_step import readout
+from explore_rl.spec import RunSpec
 
 DIRECTIONS = ("contrast", "random", "shuffled", "reversed")
 ROUTINGS = ("bank", "unstructured")
@@ -78,29 +78,27 @@ POSITIONS = ("fraction", "mean")
 class ASE(Explorer):
     intervenes = ("steer",)
 
-    @staticmethod
-    def defaults() -> ConfigDict:
-        c = ConfigDict()
-        c.k = 3  # K steering routes (+ the clean route); ASE paper: K = 3
-        c.alpha = 0.5  # steering strength on unit vectors; ASE paper, Table 12: 0.5
-        c.layer = 0  # block whose output is steered and read; ASE paper: block 0
-        c.position = "fraction"  # readout: fraction (token floor(f x length)) | mean
-        c.f = 0.25  # readout position as a fraction of the response; ASE paper: 0.25
-        c.beta = 0.5  # EMA of the bank; ASE paper: 0.5 (0 = no EMA)
-        c.d_pca = 64  # PCA dimensions for clustering; ASE paper: 64
-        c.min_pairs = 64  # B_min: pairs in the buffer before an update (ours)
-        c.interval = 5  # Delta: steps between bank updates, at least (ours)
-        c.capacity = 1024  # pairs the buffer holds; the oldest leave first (ours)
-        c.kmeans_init = 16  # K-means restarts (the paper's analysis sweep used 512)
-        c.seed = 0  # pairing, PCA, K-means and the ablations' draws, with the step
-        c.directions = "contrast"  # contrast | random | shuffled | reversed (ablations)
-        c.routing = "bank"  # bank | unstructured (a fresh random vector per rollout)
-        c.match = True  # Hungarian matching to the previous bank (False: an ablation)
-        c.at_eval = False  # steer at evaluation too (inference-time steering)
-        return c
+    @dataclasses.dataclass(frozen=True)
+    class Settings:
+        k: int = 3  # K steering routes (+ the clean route); ASE paper: K = 3
+        alpha: float = 0.5  # steering strength on unit vectors; ASE paper, Table 12: 0.5
+        layer: int = 0  # block whose output is steered and read; ASE paper: block 0
+        position: str = "fraction"  # readout: fraction (token floor(f x length)) | mean
+        f: float = 0.25  # readout position as a fraction of the response; ASE paper: 0.25
+        beta: float = 0.5  # EMA of the bank; ASE paper: 0.5 (0 = no EMA)
+        d_pca: int = 64  # PCA dimensions for clustering; ASE paper: 64
+        min_pairs: int = 64  # B_min: pairs in the buffer before an update (ours)
+        interval: int = 5  # Delta: steps between bank updates, at least (ours)
+        capacity: int = 1024  # pairs the buffer holds; the oldest leave first (ours)
+        kmeans_init: int = 16  # K-means restarts (the paper's analysis sweep used 512)
+        seed: int = 0  # pairing, PCA, K-means and the ablations' draws, with the step
+        directions: str = "contrast"  # contrast | random | shuffled | reversed (ablations)
+        routing: str = "bank"  # bank | unstructured (a fresh random vector per rollout)
+        match: bool = True  # Hungarian matching to the previous bank (False: an ablation)
+        at_eval: bool = False  # steer at evaluation too (inference-time steering)
 
-    def check(self) -> None:
-        e = self.config
+    @staticmethod
+    def check(e: Settings, run: RunSpec) -> None:
         _require(e.k >= 1, f"k={e.k}: need at least 1 route")
         _require(e.alpha >= 0, f"alpha={e.alpha}: must be >= 0")
         _require(e.layer >= 0, f"layer={e.layer}: must be >= 0")
@@ -120,7 +118,7 @@ class ASE(Explorer):
             f"directions={e.directions!r}: allowed {DIRECTIONS}",
         )
         _require(e.routing in ROUTINGS, f"routing={e.routing!r}: allowed {ROUTINGS}")
-        if not self.run_config.rl.tis_cap:
+        if not run.loss.tis_cap:
             warnings.warn("ASE without TIS (rl.tis_cap=0): the paper uses c_IS = 2", stacklevel=2)
 
     # ------------------------------------------------------------------ state
@@ -129,7 +127,7 @@ class ASE(Explorer):
         return self.template(ctx)  # an empty bank and buffer
 
     def template(self, ctx: StepContext):
-        e, d = self.config, ctx.cfg.d_model
+        e, d = self.settings, ctx.cfg.d_model
         _require(
             e.layer < ctx.cfg.n_layers,
             f"layer={e.layer}: the model has blocks 0..{ctx.cfg.n_layers - 1}",
@@ -151,17 +149,17 @@ class ASE(Explorer):
     def step_shape(self, shape):
         """Each (problem, route) is prefilled once: up to min(K + 1, G) prompt rows a
         problem (G when every row has its own vector)."""
-        g = self.run_config.rollout.group_size
-        per = g if self.config.routing == "unstructured" else len(set(routes(g, self.config.k)))
+        g = self.run.rollout.group_size
+        per = g if self.settings.routing == "unstructured" else len(set(routes(g, self.settings.k)))
         return dataclasses.replace(shape, prompts=shape.prompts * per)
 
     def eval_plan(self, state, plan: RolloutPlan, ctx: StepContext) -> RolloutPlan:
-        if not self.config.at_eval:
+        if not self.settings.at_eval:
             return plan
-        return self._route(state, plan, jax.random.key(self.config.seed))
+        return self._route(state, plan, jax.random.key(self.settings.seed))
 
     def _route(self, state, plan: RolloutPlan, rng) -> RolloutPlan:
-        e = self.config
+        e = self.settings
         b, d = plan.temperature.shape[0], state["u"].shape[1]
         g = b // len(plan.problems)
         if e.routing == "unstructured":
@@ -184,7 +182,7 @@ class ASE(Explorer):
     # ------------------------------------------------------------------ shape
 
     def shape(self, state, rollouts, advantages, weights, ctx: StepContext) -> Shaped:
-        e = self.config
+        e = self.settings
         if e.routing == "unstructured":  # every row its own vector: no routes to compare
             return Shaped(advantages, weights, state, {})
         metrics = route_metrics(rollouts, np.asarray(rollouts.plan.info[self.name]["route"]))
@@ -208,7 +206,7 @@ class ASE(Explorer):
     def replay(self, ctx: StepContext, rollouts, pairs: np.ndarray):
         """(h+, h-) [M, D] of the M pairs: block `layer`'s output in the unsteered policy.
         Padded to the most pairs a batch can hold, so one compile serves every step."""
-        e = self.config
+        e = self.settings
         q, g = rollouts.rewards.shape
         most = q * (g // 2)
         padded = np.concatenate([pairs, np.repeat(pairs[:1], most - len(pairs), axis=0)])
@@ -229,7 +227,7 @@ class ASE(Explorer):
 
     def update_bank(self, state, step: int, rng: np.random.Generator):
         """The new bank from the buffer (cleared), and the update's metrics."""
-        e = self.config
+        e = self.settings
         n = int(state["count"])
         pos, neg = np.asarray(state["pos"])[:n], np.asarray(state["neg"])[:n]
         candidates, labels = estimate(pos, neg, e, rng)

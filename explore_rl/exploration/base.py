@@ -22,8 +22,10 @@ goes in a `hoststate.HostState` inside it, saved as JSON with the same checkpoin
 
 A new method is one module that subclasses `Explorer` and decorates it with
 `@register("name")`; `get("name")` imports `explore_rl.exploration.<name>` on first use, so
-nothing else changes. Its config section `config.exploration.<name>` defaults to the
-module's `Explorer.defaults()`.
+nothing else changes. Its settings are a frozen dataclass, `Explorer.Settings`, whose
+defaults (each field commented) are its config section `config.exploration.<name>`
+(`defaults()`); the explorer gets them typed (`self.settings`) with the run's spec
+(`self.run`, `spec.RunSpec`).
 
 Dimension letters: Q problems, G rollouts per problem, B = Q x G rows, T response tokens.
 """
@@ -40,20 +42,21 @@ from ml_collections import ConfigDict
 
 from explore_rl.registry import Registry
 from explore_rl.rl.plan import RolloutPlan
+from explore_rl.spec import RunSpec
 
 REGISTRY = Registry("exploration.methods", package="explore_rl.exploration")
 
 
 @dataclasses.dataclass
 class StepContext:
-    """What an explorer may read at a step: the policy that samples (pi_old), its config
-    and tokenizer, the run's config, the global step; for building state (EDEN's screen),
-    the training problems, the verifier and the run directory."""
+    """What an explorer may read at a step: the policy that samples (pi_old), its model
+    config and tokenizer, the run's spec, the global step; for building state (EDEN's
+    screen), the training problems, the verifier and the run directory."""
 
     params: Any
     cfg: Any  # ModelConfig
     tok: Any  # Tokenizer
-    config: ConfigDict
+    spec: RunSpec
     step: int
     train_set: Sequence = ()  # a list, or the run's `data.sharded.Problems`
     verifier: Any = None  # rewards.math.Verifier
@@ -69,24 +72,32 @@ class Shaped:
     metrics: dict[str, float]
 
 
+@dataclasses.dataclass(frozen=True)
+class NoSettings:
+    """A method with nothing to set."""
+
+
 class Explorer:
     """Base class: every hook defaults to "change nothing"."""
 
     name = ""
     intervenes: tuple[str, ...] = ()  # Interventions fields this method sets
     replaces_prompts = False
+    Settings: type = NoSettings  # a frozen dataclass, every field's default commented
 
-    def __init__(self, config: ConfigDict, run_config: ConfigDict):
-        self.config = config
-        self.run_config = run_config
+    def __init__(self, settings, run: RunSpec):
+        self.settings = settings
+        self.run = run
+
+    @classmethod
+    def defaults(cls) -> ConfigDict:
+        """The method's config section: its `Settings`' defaults."""
+        return ConfigDict(dataclasses.asdict(cls.Settings()))
 
     @staticmethod
-    def defaults() -> ConfigDict:
-        """The method's config section, every field commented."""
-        return ConfigDict()
-
-    def check(self) -> None:
-        """Raise ValueError("config: ...") on values this method cannot run with."""
+    def check(settings, run: RunSpec) -> None:
+        """Raise ValueError("config: ...") on settings this method cannot run with (in
+        the run of spec `run`); checked once, when the spec is resolved."""
 
     def init(self, ctx: StepContext) -> Any:
         """State before the first step (a pytree of arrays)."""
@@ -139,32 +150,24 @@ def get(name: str) -> type[Explorer]:
     return cls
 
 
-def section(c: ConfigDict, name: str) -> ConfigDict:
-    """Method `name`'s config: its defaults, updated with what the run config sets under
-    its registered name (`exploration.<name>`)."""
-    cls = get(name)
-    out = cls.defaults()
-    if cls.name in c.exploration:
-        out.update(c.exploration[cls.name])
-    return out
-
-
-def build(c: ConfigDict) -> list[Explorer]:
-    """The run's explorers, in order, each checked, with no two in conflict."""
-    out, owners = [], {}
-    for name in c.exploration.methods:
-        ex = get(name)(section(c, name), c)
-        ex.check()
-        claims = [*ex.intervenes, *(["prompts"] if ex.replaces_prompts else [])]
-        for claim in claims:
+def check(spec: RunSpec) -> None:
+    """Each method's settings checked, and no two methods in conflict."""
+    owners = {}
+    for name, settings in spec.methods:
+        cls = get(name)
+        cls.check(settings, spec)
+        for claim in [*cls.intervenes, *(["prompts"] if cls.replaces_prompts else [])]:
             if claim in owners:
                 raise ValueError(
                     f"config: exploration.methods {owners[claim]!r} and {name!r} both set "
                     f"{claim}: use one of them"
                 )
             owners[claim] = name
-        out.append(ex)
-    return out
+
+
+def build(spec: RunSpec) -> list[Explorer]:
+    """The run's explorers, in order (their settings checked by `check`)."""
+    return [get(name)(settings, spec) for name, settings in spec.methods]
 
 
 def plan(explorers, states: dict, p: RolloutPlan, ctx: StepContext, rng) -> RolloutPlan:

@@ -30,38 +30,36 @@ multiplies it.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
-
-from ml_collections import ConfigDict
 
 from explore_rl.exploration.base import Explorer, StepContext, register
 from explore_rl.rl.plan import RolloutPlan
 from explore_rl.sampling import schedules
+from explore_rl.spec import RunSpec
 
 K_CONVENTIONS = {"paper": 1.0, "code": 20.0}
 
 
 @register("ead")
 class EAD(Explorer):
-    @staticmethod
-    def defaults() -> ConfigDict:
-        c = ConfigDict()
-        c.tau_max = 1.2  # temperature at t = 0 of the annealed part (1 + tau_max - e^0)
-        c.tau_min = 0.1  # floor: 0.1 for 1B/1.5B models, 0.8 for 7B (EAD paper)
-        c.d0 = 25.0  # initial decay scale d_0; d_s = min(d0 + 5 s, 40000)
-        c.c = 10  # tokens t < c are drawn at temperature 1 (t = 1, ..., c - 1: the paper's)
-        c.first_token = 1  # t of the first response token: 1 (the paper) | 0 (zero-based)
-        c.convention = "paper"  # paper: k = 1 | code: k = 20 (the authors' public code)
-        c.k = 0.0  # explicit k; 0 = from `convention`
-        c.at_eval = False  # also anneal when evaluating (test-time EAD, Maj@N)
-        return c
+    @dataclasses.dataclass(frozen=True)
+    class Settings:
+        tau_max: float = 1.2  # temperature at t = 0 of the annealed part (1 + tau_max - e^0)
+        tau_min: float = 0.1  # floor: 0.1 for 1B/1.5B models, 0.8 for 7B (EAD paper)
+        d0: float = 25.0  # initial decay scale d_0; d_s = min(d0 + 5 s, 40000)
+        c: int = 10  # tokens t < c are drawn at temperature 1 (t = 1, ..., c - 1: the paper's)
+        first_token: int = 1  # t of the first response token: 1 (the paper) | 0 (zero-based)
+        convention: str = "paper"  # paper: k = 1 | code: k = 20 (the authors' public code)
+        k: float = 0.0  # explicit k; 0 = from `convention`
+        at_eval: bool = False  # also anneal when evaluating (test-time EAD, Maj@N)
 
     @property
     def k(self) -> float:
-        return self.config.k or K_CONVENTIONS[self.config.convention]
+        return self.settings.k or K_CONVENTIONS[self.settings.convention]
 
-    def check(self) -> None:
-        e = self.config
+    @staticmethod
+    def check(e: Settings, run: RunSpec) -> None:
         if e.convention not in K_CONVENTIONS:
             raise ValueError(
                 f"config: exploration.ead.convention={e.convention!r}: allowed "
@@ -75,13 +73,13 @@ class EAD(Explorer):
             raise ValueError(
                 "config: exploration.ead needs d0 > 0, k >= 0, c >= 0 and first_token 0 or 1"
             )
-        if not self.run_config.rl.tis_cap:
+        if not run.loss.tis_cap:
             # a warning, not an error: EAD without TIS is one of the paper's own ablations
             warnings.warn("EAD without TIS (rl.tis_cap=0): the paper uses c_IS = 2", stacklevel=2)
 
     def table(self, length: int, step: int):
         """The schedule of the rollouts drawn at (0-based) step index `step`."""
-        e = self.config
+        e = self.settings
         s = step + 1  # the paper's global step: the first training step is s = 1 (verl)
         return schedules.ead(length, s, e.tau_max, e.tau_min, e.d0, self.k, e.c, e.first_token)
 
@@ -93,4 +91,4 @@ class EAD(Explorer):
         return self._anneal(plan, ctx.step)
 
     def eval_plan(self, state, plan, ctx: StepContext):
-        return self._anneal(plan, ctx.step) if self.config.at_eval else plan
+        return self._anneal(plan, ctx.step) if self.settings.at_eval else plan

@@ -39,6 +39,7 @@ whole run); rho = 0 is "no noise", keep = 1 "no filter", bank_size K in {1, 4, 8
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -47,7 +48,6 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
-from ml_collections import ConfigDict
 from tqdm import tqdm
 
 from explore_rl.exploration.base import Explorer, Shaped, StepContext, register
@@ -56,6 +56,7 @@ from explore_rl.rl import rollout as rollout_lib
 from explore_rl.rl.advantages import zero_advantage_groups
 from explore_rl.rl.plan import RolloutPlan
 from explore_rl.sampling import schedules
+from explore_rl.spec import RunSpec
 
 ANCHORS = ("bank", "none", "per_rollout", "fixed_random")
 WORD_MARKERS = ("Ġ", "▁")
@@ -65,31 +66,30 @@ WORD_MARKERS = ("Ġ", "▁")
 class EDEN(Explorer):
     intervenes = ("extra_embeds",)
 
-    def __init__(self, config: ConfigDict, run_config: ConfigDict):
-        super().__init__(config, run_config)
+    def __init__(self, settings, run):
+        super().__init__(settings, run)
         self._pool = None  # the lexical pool, for anchor="per_rollout" (built on first use)
 
-    @staticmethod
-    def defaults() -> ConfigDict:
-        c = ConfigDict()
-        c.noisy = 4  # noisy rollouts per group (4 of 16 in the paper)
-        c.rho = 0.18  # ||noise|| / ||anchor||: 0.12 for Qwen2.5-0.5B, 0.18 for math models
-        c.warmup = 200  # steps of the noisy rows' cosine temperature warm-up (250/200/400)
-        c.tau_start = 0.2  # the warm-up's first temperature factor (-> 1.0)
-        c.keep = 0.5  # p: fraction of noisy rows kept, by |advantage|, across the batch
-        c.gamma = 0.5  # scale of kept noisy rows' advantages
-        c.anchor = "bank"  # bank | none | per_rollout | fixed_random (ablations)
-        c.bank_size = 8  # K
-        c.bank_seed = 0  # draws the screen's candidates
-        c.bank_tokens = ""  # comma-separated words for the bank; "" = screen the vocabulary
-        c.candidates = 32  # tokens probed by the screen
-        c.probe_prompts = 8  # training problems in the screen's probe set
-        c.probe_samples = 4  # rollouts per candidate and problem
-        c.tolerance = 0.1  # viable: accuracy >= clean accuracy - tolerance
-        return c
+    @dataclasses.dataclass(frozen=True)
+    class Settings:
+        noisy: int = 4  # noisy rollouts per group (4 of 16 in the paper)
+        rho: float = 0.18  # ||noise|| / ||anchor||: 0.12 for Qwen2.5-0.5B, 0.18 for math models
+        warmup: int = 200  # steps of the noisy rows' cosine temperature warm-up (250/200/400)
+        tau_start: float = 0.2  # the warm-up's first temperature factor (-> 1.0)
+        keep: float = 0.5  # p: fraction of noisy rows kept, by |advantage|, across the batch
+        gamma: float = 0.5  # scale of kept noisy rows' advantages
+        anchor: str = "bank"  # bank | none | per_rollout | fixed_random (ablations)
+        bank_size: int = 8  # K
+        bank_seed: int = 0  # draws the screen's candidates
+        bank_tokens: str = ""  # comma-separated words for the bank; "" = screen the vocabulary
+        candidates: int = 32  # tokens probed by the screen
+        probe_prompts: int = 8  # training problems in the screen's probe set
+        probe_samples: int = 4  # rollouts per candidate and problem
+        tolerance: float = 0.1  # viable: accuracy >= clean accuracy - tolerance
 
-    def check(self) -> None:
-        e, g = self.config, self.run_config.rollout.group_size
+    @staticmethod
+    def check(e: Settings, run: RunSpec) -> None:
+        g = run.rollout.group_size
         _require(e.anchor in ANCHORS, f"anchor={e.anchor!r}: allowed {ANCHORS}")
         _require(0 <= e.noisy < g, f"noisy={e.noisy}: must be in [0, group_size={g})")
         _require(e.rho >= 0, f"rho={e.rho}: must be >= 0")
@@ -108,7 +108,7 @@ class EDEN(Explorer):
 
     @property
     def slots(self) -> int:
-        return 1 if self.config.anchor == "fixed_random" else self.config.bank_size
+        return 1 if self.settings.anchor == "fixed_random" else self.settings.bank_size
 
     # ------------------------------------------------------------------ state: the bank
 
@@ -119,7 +119,7 @@ class EDEN(Explorer):
         }
 
     def init(self, ctx: StepContext):
-        e, rng = self.config, np.random.default_rng(self.config.bank_seed)
+        e, rng = self.settings, np.random.default_rng(self.settings.bank_seed)
         if e.anchor == "fixed_random":
             ids, report = [int(rng.choice(word_pool(ctx.tok)))], {"fixed_random": True}
         elif e.bank_tokens:
@@ -127,7 +127,7 @@ class EDEN(Explorer):
         else:
             pool = word_pool(ctx.tok)
             drawn = rng.choice(pool, size=min(e.candidates, len(pool)), replace=False)
-            ids, report = screen(ctx, [int(i) for i in drawn], self.config)
+            ids, report = screen(ctx, [int(i) for i in drawn], self.settings)
         state = {
             "ids": jnp.asarray(ids, jnp.int32),
             "vectors": jnp.asarray(ctx.params["embed"][jnp.asarray(ids)], jnp.float32),
@@ -141,9 +141,9 @@ class EDEN(Explorer):
     # ------------------------------------------------------------------ plan
 
     def plan(self, state, plan: RolloutPlan, ctx: StepContext, rng) -> RolloutPlan:
-        e = self.config
+        e = self.settings
         b = plan.temperature.shape[0]
-        g = ctx.config.rollout.group_size
+        g = ctx.spec.rollout.group_size
         noisy = jnp.arange(b) % g >= g - e.noisy
         k_anchor, k_row, k_noise = jax.random.split(rng, 3)
         anchor = jax.random.randint(k_anchor, (b // g,), 0, state["ids"].shape[0])
@@ -160,7 +160,7 @@ class EDEN(Explorer):
     # ------------------------------------------------------------------ shape
 
     def shape(self, state, rollouts, advantages, weights, ctx: StepContext) -> Shaped:
-        e = self.config
+        e = self.settings
         info = rollouts.plan.info[self.name]
         noisy = np.asarray(info["noisy"])
         kept = keep_top(np.abs(advantages), noisy, e.keep)
@@ -176,7 +176,7 @@ class EDEN(Explorer):
 
     def anchor_vectors(self, state, ctx: StepContext, anchor, g: int, rng):
         """[B, D]: each row's anchor (per prompt from the bank, or per row from the pool)."""
-        if self.config.anchor != "per_rollout":
+        if self.settings.anchor != "per_rollout":
             return jnp.repeat(state["vectors"][anchor], g, axis=0)
         if self._pool is None:
             self._pool = jnp.asarray(word_pool(ctx.tok))
@@ -213,7 +213,7 @@ def _user_tokens(tok, words: str) -> list[int]:
     return ids
 
 
-def screen(ctx: StepContext, candidates: list[int], e: ConfigDict) -> tuple[list[int], dict]:
+def screen(ctx: StepContext, candidates: list[int], e: EDEN.Settings) -> tuple[list[int], dict]:
     """The viable candidates (module docstring); the bank ids and the screen's numbers."""
     problems = ctx.train_set[: e.probe_prompts]
     n = e.probe_samples
@@ -246,7 +246,6 @@ def screen(ctx: StepContext, candidates: list[int], e: ConfigDict) -> tuple[list
 
 def _probe(ctx: StepContext, problems, routes, n: int, rng) -> list[float]:
     """Accuracy of each route (None = clean, else a token id appended without noise)."""
-    c = ctx.config
     g = len(routes) * n
     b = len(problems) * g
     route_of_row = np.arange(b) % g // n
@@ -256,7 +255,8 @@ def _probe(ctx: StepContext, problems, routes, n: int, rng) -> list[float]:
         extra_embeds=ctx.params["embed"][jnp.asarray(ids)][:, None, :],
         extra_mask=jnp.asarray(appended)[:, None],
     )
-    plan = RolloutPlan(jnp.ones((b, c.rollout.max_new_tokens), jnp.float32), iv, problems=problems)
+    tau = jnp.ones((b, ctx.spec.rollout.max_new_tokens), jnp.float32)
+    plan = RolloutPlan(tau, iv, problems=problems)
     ro = rollout_lib.generate(ctx.params, ctx.cfg, ctx.tok, plan, rng, ctx.verifier, ctx.settings)
     correct = ro.correct.reshape(len(problems), len(routes), n)
     return [float(x) for x in correct.mean(axis=(0, 2))]

@@ -64,7 +64,6 @@ import zlib
 import jax
 import jax.numpy as jnp
 import numpy as np
-from ml_collections import ConfigDict
 
 from explore_rl.data.tasks import Problem
 from explore_rl.exploration.base import Explorer, Shaped, StepContext, register
@@ -72,6 +71,7 @@ from explore_rl.hoststate import HostState
 from explore_rl.rl.plan import RolloutPlan
 from explore_rl.rl.train_step import readout
 from explore_rl.sampling.sampler import bucket
+from explore_rl.spec import RunSpec
 
 FEATURES = ("minilm", "ngram", "hidden")
 NGRAM_DIM = 4096  # hashed 4-gram buckets
@@ -81,35 +81,33 @@ NGRAM_DIM = 4096  # hashed 4-gram buckets
 class ExTra(Explorer):
     replaces_prompts = True
 
-    def __init__(self, config: ConfigDict, run_config: ConfigDict):
-        super().__init__(config, run_config)
+    def __init__(self, settings, run):
+        super().__init__(settings, run)
         self._encoder = None  # built on first use (loading MiniLM takes ~0.5 s)
         self._ends_line: dict[int, bool] = {}  # token id -> does its text hold a line break
 
-    @staticmethod
-    def defaults() -> ConfigDict:
-        c = ConfigDict()
-        c.novelty = True  # ExTra-N: the correctness-gated novelty reward
-        c.regen = True  # ExTra-R: entropy-guided prefix regeneration
-        c.gamma = 1.0  # novelty coefficient; ExTra paper, App. B: 1.0
-        c.novelty_at = "after"  # after GRPO's normalisation (the paper) | before (as a reward)
-        c.memory = 0  # correct responses remembered per problem; 0 = G (ExTra paper: 6 = G)
-        c.features = "minilm"  # novelty features: minilm | ngram | hidden (policy state)
-        c.encoder = "embedded"  # all-MiniLM-L6-v2 of the wheel, or a sentence-transformers dir
-        c.last_tokens = 0  # embed only a response's last N tokens (the code: 512); 0 = all
-        c.warmup = 30  # T_warm: steps before regeneration starts; ExTra paper, App. B.5: 30
-        c.hard = "pass_rate"  # pass_rate (<= 1/G, the code) | all_incorrect (the paper)
-        c.min_gap = 32  # tokens between kept cut points
-        c.max_cuts = 15  # cut points kept per response, evenly spaced
-        c.max_prefixes = 128  # prefixes remembered per problem; ExTra paper, App. B.5: 128
-        c.tau = 0.1  # smoothing temperature; ExTra paper, App. B: 0.1
-        c.queue = 4096  # guided prompts waiting; ExTra paper, App. B.5: 4,096
-        c.guided_frac = 0.5  # most of a batch's groups that guided prompts replace (ours)
-        c.clamp_guided = False  # guided rows' advantages floored at 0
-        return c
+    @dataclasses.dataclass(frozen=True)
+    class Settings:
+        novelty: bool = True  # ExTra-N: the correctness-gated novelty reward
+        regen: bool = True  # ExTra-R: entropy-guided prefix regeneration
+        gamma: float = 1.0  # novelty coefficient; ExTra paper, App. B: 1.0
+        novelty_at: str = "after"  # after GRPO's normalisation (the paper) | before (as a reward)
+        memory: int = 0  # correct responses remembered per problem; 0 = G (ExTra paper: 6 = G)
+        features: str = "minilm"  # novelty features: minilm | ngram | hidden (policy state)
+        encoder: str = "embedded"  # all-MiniLM-L6-v2 of the wheel, or a sentence-transformers dir
+        last_tokens: int = 0  # embed only a response's last N tokens (the code: 512); 0 = all
+        warmup: int = 30  # T_warm: steps before regeneration starts; ExTra paper, App. B.5: 30
+        hard: str = "pass_rate"  # pass_rate (<= 1/G, the code) | all_incorrect (the paper)
+        min_gap: int = 32  # tokens between kept cut points
+        max_cuts: int = 15  # cut points kept per response, evenly spaced
+        max_prefixes: int = 128  # prefixes remembered per problem; ExTra paper, App. B.5: 128
+        tau: float = 0.1  # smoothing temperature; ExTra paper, App. B: 0.1
+        queue: int = 4096  # guided prompts waiting; ExTra paper, App. B.5: 4,096
+        guided_frac: float = 0.5  # most of a batch's groups that guided prompts replace (ours)
+        clamp_guided: bool = False  # guided rows' advantages floored at 0
 
-    def check(self) -> None:
-        e = self.config
+    @staticmethod
+    def check(e: Settings, run: RunSpec) -> None:
         _require(e.novelty or e.regen, "novelty and regen are both off: nothing to do")
         _require(e.novelty_at in ("after", "before"), f"novelty_at={e.novelty_at!r}")
         _require(e.features in FEATURES, f"features={e.features!r}: allowed {FEATURES}")
@@ -119,7 +117,7 @@ class ExTra(Explorer):
         _require(e.min_gap >= 1 and e.max_cuts >= 1, "min_gap and max_cuts must be >= 1")
         _require(e.max_prefixes >= 1 and e.queue >= 1, "max_prefixes and queue must be >= 1")
         _require(0 <= e.guided_frac <= 1, f"guided_frac={e.guided_frac}: must be in [0, 1]")
-        if e.regen and self.run_config.rollout.dynamic_sampling:
+        if e.regen and run.rollout.dynamic_sampling:
             warnings.warn(
                 "ExTra-R with dynamic sampling mines only the groups the filter keeps "
                 "(all-wrong ones are dropped before regeneration sees them)",
@@ -141,7 +139,7 @@ class ExTra(Explorer):
         q = len(plan.problems)
         b = plan.temperature.shape[0]
         queue = state["host"].data["queue"]
-        k = min(len(queue), int(self.config.guided_frac * q)) if self.config.regen else 0
+        k = min(len(queue), int(self.settings.guided_frac * q)) if self.settings.regen else 0
         guided = [Problem(e["question"], e["answer"], tuple(e["prefix"])) for e in queue[:k]]
         rows = np.zeros(b, bool)
         rows[(q - k) * (b // q) :] = True
@@ -155,21 +153,21 @@ class ExTra(Explorer):
     def step_shape(self, shape):
         """A guided prompt carries a prefix of a response (shorter than one): prompts up to
         a response longer, in the rollout and in the update."""
-        if not self.config.regen:
+        if not self.settings.regen:
             return shape
         return dataclasses.replace(shape, prompt_len=bucket(shape.prompt_len + shape.new_tokens))
 
     # ------------------------------------------------------------------ rewards and shape
 
     def rewards(self, state, rollouts, rewards: np.ndarray, ctx: StepContext) -> np.ndarray:
-        e = self.config
+        e = self.settings
         if not e.novelty or e.novelty_at != "before":
             return rewards
         r_int, _ = self.novelty(state, rollouts, ctx)
         return rewards + e.gamma * r_int.reshape(rewards.shape)
 
     def shape(self, state, rollouts, advantages, weights, ctx: StepContext) -> Shaped:
-        e = self.config
+        e = self.settings
         data = dict(state["host"].data)
         guided = np.asarray(rollouts.plan.info[self.name]["guided"])
         metrics = {"guided_rows": float(guided.sum())}
@@ -221,7 +219,7 @@ class ExTra(Explorer):
         return r_int, z
 
     def features(self, rollouts, ctx: StepContext) -> np.ndarray:
-        e = self.config
+        e = self.settings
         tokens, mask = np.asarray(rollouts.out.tokens), np.asarray(rollouts.out.mask)
         if e.features == "hidden":
             return np.asarray(
@@ -251,13 +249,13 @@ class ExTra(Explorer):
         if self._encoder is None:
             from explore_rl.models import minilm
 
-            self._encoder = minilm.load(self.config.encoder)
+            self._encoder = minilm.load(self.settings.encoder)
         return self._encoder
 
     def _remember(self, memory: dict, rollouts, z: np.ndarray) -> dict:
         """Each problem's most recent correct embeddings, the step's appended."""
         memory, g = dict(memory), rollouts.group_size
-        size = self.config.memory or g
+        size = self.settings.memory or g
         correct = rollouts.correct.reshape(-1)
         for i, problem in enumerate(rollouts.problems):
             new = [pack(z[j]) for j in range(i * g, (i + 1) * g) if correct[j]]
@@ -269,7 +267,7 @@ class ExTra(Explorer):
 
     def regenerate(self, prefixes: dict, rollouts, guided: np.ndarray, ctx: StepContext):
         """(new guided prompts for the queue, the prefix memories, metrics)."""
-        e, g = self.config, rollouts.group_size
+        e, g = self.settings, rollouts.group_size
         tokens, mask = np.asarray(rollouts.out.tokens), np.asarray(rollouts.out.mask)
         entropy = np.asarray(rollouts.out.entropy)
         prefixes, fresh, chosen, random_mte = dict(prefixes), [], [], []
@@ -320,7 +318,7 @@ class ExTra(Explorer):
     def prefix_features(self, texts: list[str], tokens: list[np.ndarray]) -> np.ndarray:
         """Prefix embeddings for the smoothing: 4-gram vectors with `features = "ngram"`,
         MiniLM otherwise (the paper's)."""
-        if self.config.features == "ngram":
+        if self.settings.features == "ngram":
             return np.stack([ngram_vector(t) for t in tokens])
         return self.encoder.embed(texts)
 

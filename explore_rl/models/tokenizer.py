@@ -223,7 +223,7 @@ class Tokenizer:
 
     @classmethod
     def from_gguf(cls, path: str, reader=None) -> Tokenizer:
-        """Rebuilt from a GGUF's metadata (slow for a large vocabulary: `weights.load_model`
+        """Rebuilt from a GGUF's metadata (slow for a large vocabulary: `weights.load`
         converts a GGUF once and then reads the cached `tokenizer.json`)."""
         reader = reader or gguf_io.reader(path)
         get = lambda k: gguf_io.field(reader, f"tokenizer.ggml.{k}")  # noqa: E731

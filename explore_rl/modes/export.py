@@ -7,7 +7,7 @@ The folder has `config.json` (the original architecture's name: LlamaForCausalLM
 Qwen2ForCausalLM, Qwen3ForCausalLM), `model.safetensors` (or shards and their index past
 `export.max_shard_gb`), the tokenizer files and `generation_config.json` of the model the
 run started from (a GGUF-loaded model's are its converted HF files): transformers'
-`from_pretrained` loads it (tests/test_export.py), as does `weights.load_model`; it is the
+`from_pretrained` loads it (tests/test_export.py), as does `weights.load`; it is the
 layout vLLM reads (not tested here). The params are restored alone (no optimizer state)
 into their shards on the config's mesh, and written one tensor at a time, so the host
 never holds the whole model. `export.dtype`: "" keeps the original checkpoint's dtype (its
@@ -56,7 +56,8 @@ def trained_params(c, mesh):
     """(params, cfg, step): `eval.checkpoint`'s params at `export.step` (0 = newest), read
     into their shards without loading the original weights, or the model itself."""
     if not c.eval.checkpoint:
-        params, cfg, _ = config_lib.load_policy(c, parallel.placer(mesh))
+        model = config_lib.model_settings(c)
+        params, cfg, _ = config_lib.load_policy(model, c.seed, parallel.placer(mesh))
         return params, cfg, 0
     dtypes = dict(param_dtype=c.model.param_dtype, dtype=c.model.dtype)
     if c.model.random_init:
@@ -99,7 +100,7 @@ def run_export(c, workdir: str | None) -> str:
         raise ValueError(f"--workdir {workdir}: inside the run directory {run}; export elsewhere")
     source = weights.model_folder(c.model.path)
     dtype = c.export.dtype or source_dtype(source)
-    mesh = config_lib.mesh(c)
+    mesh = config_lib.mesh(config_lib.mesh_settings(c))
     params, cfg, step = trained_params(c, mesh)
     weights.save_hf(workdir, params, cfg, dtype, int(c.export.max_shard_gb * 2**30))
     for name in TOKENIZER_FILES:

@@ -29,7 +29,7 @@ def load_prompts(config) -> list[tuple[str, str | None]]:
     """(prompt, reference answer or None) pairs from the prompt file or the task."""
     s = config.sample
     if not s.prompt_file:
-        _, benchmarks = config_lib.load_problems(config)
+        _, benchmarks = config_lib.load_problems(config_lib.spec(config))
         if not benchmarks:
             raise ValueError("--mode sample: give sample.prompt_file or task.test_paths")
         problems = next(iter(benchmarks.values()))[: s.num_prompts]
@@ -60,7 +60,10 @@ def engine_for(config, cfg, rows: list[list[int]], axis_sizes: dict, capacity=No
     engine_config = config_lib.engine_config(config)
     if config.rollout.slots != "auto":
         return engine_config
-    variant = sizing.sample_variant(config, len(rows))
+    s = config.sample
+    variant = sizing.sample_variant(
+        config_lib.spec(config), len(rows), s.samples_per_prompt, s.max_new_tokens
+    )
     longest = max(map(len, rows))
     n = sizing.fit_slots(variant, cfg, axis_sizes, optax.identity(), longest, [], capacity)
     return dataclasses.replace(engine_config, slots=n)
@@ -70,8 +73,9 @@ def run_sample(config, workdir: str | None) -> list[dict]:
     config_lib.validate_sample(config)
     prompts = load_prompts(config)  # a bad prompt file is said before the model is read
     start = time.perf_counter()
-    mesh = config_lib.mesh(config)  # rows decoded over every device (and process)
-    params, cfg, tok = config_lib.load_policy(config, parallel.placer(mesh))
+    mesh = config_lib.mesh(config_lib.mesh_settings(config))  # rows over every device
+    model = config_lib.model_settings(config)
+    params, cfg, tok = config_lib.load_policy(model, config.seed, parallel.placer(mesh))
     say = print if parallel.is_main_process() else lambda *_: None  # one process speaks
     say(
         f"loaded {config.model.path} ({cfg.family}, {cfg.num_params() / 1e6:.0f}M params) "

@@ -34,18 +34,22 @@ from explore_rl.registry import Registry
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
+    """The policy loss: the config's `rl` section holds these fields with these defaults
+    (configs/base.py reads them from here), but for the two the run derives
+    (`score_temperature` from `rl.score_temperature`, `max_response_len`)."""
+
     policy: str = "ppo_clip"  # ppo_clip | gspo
     aggregation: str = "token_mean"  # token_mean | seq_mean_token_mean | seq_mean_token_sum_norm
-    eps_low: float = 0.2
-    eps_high: float = 0.28  # clip-higher (DAPO); 0.2 = symmetric PPO
+    eps_low: float = 0.2  # ratio clip below 1
+    eps_high: float = 0.28  # ratio clip above 1: clip-higher (DAPO); 0.2 = symmetric PPO
     dual_clip: float = 0.0  # c > 1 bounds the loss of negative advantages (Ye et al. 2020); 0 off
-    gspo_eps_low: float = 3e-4  # GSPO's sequence-ratio clip range (Zheng et al. 2025)
+    gspo_eps_low: float = 3e-4  # policy=gspo: sequence-ratio clip (Zheng et al. 2025)
     gspo_eps_high: float = 4e-4
     tis_cap: float = 0.0  # c_IS of w = min(c_IS, pi_old / mu); 0 = no TIS
     tis_level: str = "token"  # token: each token's loss x its own w_t (verl) | row_mean
     score_temperature: float = 1.0  # pi_old and pi_theta are softmax(logits / this)
     entropy_coef: float = 0.0  # alpha: loss -= alpha * entropy
-    kl_coef: float = 0.0  # beta: loss += beta * KL(pi_theta || pi_ref)
+    kl_coef: float = 0.0  # beta: loss += beta * KL(pi_theta || pi_ref), pi_ref the initial policy
     kl_estimator: str = "k3"  # k1 | k3
     max_response_len: int = 0  # Dr.GRPO's constant normaliser; 0 = T of the batch
 

@@ -31,7 +31,7 @@ class Rollouts:
     problems: list[Problem]  # Q
     prompts: np.ndarray  # [Q, L] left-padded prompt tokens
     prompt_mask: np.ndarray  # [Q, L]
-    out: sampler.Rollout  # B = Q x G rows
+    out: sampler.Samples  # B = Q x G rows
     texts: list[str]  # B decoded responses
     rewards: np.ndarray  # [Q, G]
     correct: np.ndarray  # [Q, G] bool

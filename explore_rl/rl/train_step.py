@@ -37,7 +37,7 @@ from explore_rl import parallel
 from explore_rl.models import transformer
 from explore_rl.models.presets import ModelConfig
 from explore_rl.rl import losses
-from explore_rl.sampling.sampler import bucket
+from explore_rl.sampling import sampler
 
 
 @struct.dataclass
@@ -93,15 +93,19 @@ class Batch:
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
-    lr: float = 1e-6
-    warmup_steps: int = 0
-    weight_decay: float = 0.01
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-8
-    max_grad_norm: float = 1.0
-    micro_batches: int = 1  # gradient accumulation: groups per micro-batch = Q / M
-    # or micro-batches cut by tokens (prompt + responses) per batch shard; 0 = by count
+    """The optimizer and how an update's batch is cut: the config's `optim` section, whose
+    defaults are these (configs/base.py reads them from here)."""
+
+    lr: float = 1e-6  # AdamW learning rate
+    warmup_steps: int = 0  # linear warm-up of the learning rate (optimizer steps)
+    weight_decay: float = 0.01  # AdamW decoupled weight decay
+    b1: float = 0.9  # Adam beta1
+    b2: float = 0.999  # Adam beta2
+    eps: float = 1e-8  # Adam epsilon
+    max_grad_norm: float = 1.0  # clip by global norm
+    micro_batches: int = 1  # gradient accumulation within a minibatch (whole groups)
+    # or micro-batches cut by a token budget per batch shard (verl's dynamic batch size:
+    # groups sorted by length, rows cut to each micro-batch's longest); 0 = by count
     micro_batch_tokens: int = 0
 
 
@@ -128,26 +132,19 @@ def init_state(params: dict, optimizer: optax.GradientTransformation) -> TrainSt
 
 
 def _continue_prompts(params, cfg, prompts, prompt_mask, inputs, mask, interventions=None):
-    """The decoder over Q prompts (one forward each) and the B = Q x G rows continuing
-    them (row b after prompt b // G, its keys read from the shared prefix): (the prompts'
-    output, the rows' output), no logits."""
+    """The decoder over Q prompts (one forward each, as the sampler prefills them) and
+    the B = Q x G rows continuing them (row b after prompt b // G, its keys read from the
+    shared prefix): (each prompt's last hidden state [Q, D], the rows' output), no logits."""
     q, (b, t) = prompts.shape[0], inputs.shape
     prompt_mask = prompt_mask.astype(bool)
-    pre = transformer.hidden_states(
-        params,
-        cfg,
-        prompts,
-        transformer.positions_from_mask(prompt_mask),
-        prompt_mask,
-        transformer.init_cache(cfg, q, prompts.shape[1]),
-        interventions,
-    )
+    rows = sampler.grouped_rows(q, b)
+    prefix, last = sampler.prefill_prompts(params, cfg, prompts, prompt_mask, interventions, rows)
     start = jnp.repeat(jnp.sum(prompt_mask, axis=1), b // q)[:, None]
-    cache = transformer.init_cache(cfg, b, t, prefix=pre.cache)
+    cache = transformer.init_cache(cfg, b, t, prefix=prefix)
     out = transformer.hidden_states(
         params, cfg, inputs, start + jnp.arange(t)[None], mask.astype(bool), cache, interventions
     )
-    return pre, out
+    return last, out
 
 
 def score(params: dict, cfg: ModelConfig, prompts, prompt_mask, tokens, mask, temperature=1.0):
@@ -155,8 +152,8 @@ def score(params: dict, cfg: ModelConfig, prompts, prompt_mask, tokens, mask, te
     softmax(logits / temperature) (the score temperature: `LossConfig.score_temperature`).
     No [B, T, V] logits are held (`transformer.token_logprobs`)."""
     g = tokens.shape[0] // prompts.shape[0]
-    pre, out = _continue_prompts(params, cfg, prompts, prompt_mask, tokens[:, :-1], mask[:, :-1])
-    first = jnp.repeat(pre.hidden[:, -1:], g, axis=0)
+    last, out = _continue_prompts(params, cfg, prompts, prompt_mask, tokens[:, :-1], mask[:, :-1])
+    first = jnp.repeat(last[:, None], g, axis=0)
     hidden = jnp.concatenate([first, out.hidden], axis=1)
     return transformer.token_logprobs(params, cfg, hidden, tokens, temperature)
 
@@ -211,7 +208,7 @@ def plan_micro_batches(
     order = np.argsort(-longest, kind="stable")
     plan, i = [], 0
     while i < q:
-        length = min(bucket(max(int(longest[order[i]]), 1)), t)
+        length = min(sampler.bucket(max(int(longest[order[i]]), 1)), t)
         fits = oc.micro_batch_tokens // (prompt_len + g * length)
         n = min(max(fits, 1), -(-q // shards)) * shards
         taken = order[i : i + n]

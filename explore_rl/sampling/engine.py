@@ -48,7 +48,7 @@ from explore_rl.models import transformer
 from explore_rl.models.presets import ModelConfig
 from explore_rl.models.transformer import Interventions
 from explore_rl.sampling import sampler
-from explore_rl.sampling.sampler import Rollout, SamplingConfig
+from explore_rl.sampling.sampler import Samples, SamplingConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +111,7 @@ class _Slots:
     position: Int[Array, " S"]  # RoPE position of the token fed next
     token: Int[Array, " S"]  # the token fed next (the row's latest)
     done: Bool[Array, " S"]  # nothing to feed: stopped, full, or empty
-    out: Rollout  # every row of the batch, in plan order
+    out: Samples  # every row of the batch, in plan order
 
 
 def generate(
@@ -125,7 +125,7 @@ def generate(
     engine: EngineConfig = EngineConfig(),
     interventions: Interventions | None = None,
     prefill_rows: Int[Array, " B"] | None = None,
-) -> tuple[Rollout, EngineStats]:
+) -> tuple[Samples, EngineStats]:
     """`sampler.sample`'s rollout of every row of `temperature` [B, T] (same arguments,
     same result), scheduled over `engine.slots` decode slots; and what the call did."""
     b, n_new = temperature.shape
@@ -228,7 +228,7 @@ def _empty(cfg, n_slots, prompt_len, n_new, n_extra, rows, readout) -> _Slots:
         position=jnp.zeros((n_slots,), jnp.int32),
         token=jnp.zeros((n_slots,), jnp.int32),
         done=jnp.ones((n_slots,), bool),
-        out=sampler.empty_rollout(cfg, rows, n_new, readout),
+        out=sampler.empty_samples(cfg, rows, n_new, readout),
     )
 
 

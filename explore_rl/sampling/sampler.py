@@ -66,7 +66,7 @@ class SamplingConfig:
 
 
 @struct.dataclass
-class Rollout:
+class Samples:
     tokens: Int[Array, "B T"]
     mask: Bool[Array, "B T"]  # real response tokens, the stop token included
     logprobs: Float[Array, "B T"]  # mu: log-prob under the distribution really sampled
@@ -220,7 +220,7 @@ class _State:
     cache: transformer.KVCache
     position: Int[Array, " B"]  # RoPE position of the next token
     done: Bool[Array, " B"]
-    out: Rollout
+    out: Samples
 
 
 def decode_step(params, cfg, cache, token, position, live, steer, temperature, u, config):
@@ -233,7 +233,7 @@ def decode_step(params, cfg, cache, token, position, live, steer, temperature, u
     return o, choose(transformer.lm_logits(params, cfg, o.hidden[:, 0]), temperature, u, config)
 
 
-def record(out: Rollout, rows, t, choice: _Choice, live, stop_ids) -> tuple[Rollout, Array]:
+def record(out: Samples, rows, t, choice: _Choice, live, stop_ids) -> tuple[Samples, Array]:
     """`out` with each live entry's draw written at (rows, t) (t one position or one per
     entry) and rows that drew a stop id finished; and which entries stopped. Entries not
     live write nothing: their place keeps the empty rollout's zeros."""
@@ -380,7 +380,7 @@ def sample(
     config: SamplingConfig,
     interventions: Interventions | None = None,
     prefill_rows: Int[Array, " B"] | None = None,
-) -> Rollout:
+) -> Samples:
     """Sample `config.max_new_tokens` tokens for each of the B rows of `temperature`.
 
     Row b continues prompt row `prefill_rows[b]` (default b // G, G = B / P: a group of G
@@ -435,15 +435,15 @@ def start(
         cache=cache,
         position=position,
         done=jnp.zeros((b,), bool),
-        out=empty_rollout(cfg, b, n_new, readout),
+        out=empty_samples(cfg, b, n_new, readout),
     )
     first = choose(transformer.lm_logits(params, cfg, last), temperature[:, 0], u[0], config)
     return _record(state, first, config.stop_ids), u
 
 
-def empty_rollout(cfg, rows: int, n_new: int, readout: bool) -> Rollout:
+def empty_samples(cfg, rows: int, n_new: int, readout: bool) -> Samples:
     empty = jnp.zeros((rows, n_new), jnp.float32)
-    return Rollout(
+    return Samples(
         tokens=jnp.zeros((rows, n_new), jnp.int32),
         mask=jnp.zeros((rows, n_new), bool),
         logprobs=empty,
@@ -455,7 +455,7 @@ def empty_rollout(cfg, rows: int, n_new: int, readout: bool) -> Rollout:
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "config"))
-def decode(params, cfg, state: _State, temperature, uniforms, config, interventions) -> Rollout:
+def decode(params, cfg, state: _State, temperature, uniforms, config, interventions) -> Samples:
     """Every row from its first token until all have stopped or the table ends."""
     n_new = temperature.shape[1]
     steer = steering(interventions, slice(None))
@@ -488,7 +488,7 @@ def greedy(
     mask: Bool[Array, "B L"],
     max_new_tokens: int,
     stop_ids: tuple[int, ...] = (),
-) -> Rollout:
+) -> Samples:
     """Greedy continuation of each left-padded prompt (temperature 0)."""
     b = tokens.shape[0]
     return sample(

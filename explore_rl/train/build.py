@@ -2,7 +2,7 @@
 keys, explorers), what a resume needs (`Progress`), and start-up (`start`: validation, the
 work directory, the memory estimate, the weights, restoring the newest checkpoint).
 
-    run, progress, ckpt = build.start(c, workdir, verifier)
+    run, progress, ckpt = build.start(spec, explorers, workdir, verifier)
 
 Everything random derives from (seed, step), and the data position is checkpointed with
 the train state, so a rerun of the same command resumes exactly.
@@ -20,9 +20,9 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
+import optax
 from flax import struct
 from jax.sharding import Mesh
-from ml_collections import ConfigDict
 
 from explore_rl import checkpoint as checkpoint_lib
 from explore_rl import config as config_lib
@@ -31,11 +31,14 @@ from explore_rl.checkpoint import Checkpointer
 from explore_rl.data import sharded, tasks
 from explore_rl.exploration import base as exploration
 from explore_rl.logs import flatten
+from explore_rl.models.presets import ModelConfig
+from explore_rl.models.tokenizer import Tokenizer
 from explore_rl.rewards.math import Verifier
 from explore_rl.rl import footprint
 from explore_rl.rl import rollout as rollout_lib
-from explore_rl.rl.train_step import init_state, make_optimizer
+from explore_rl.rl.train_step import TrainState, init_state, make_optimizer
 from explore_rl.sampling import engine as engine_lib
+from explore_rl.spec import RunSpec
 from explore_rl.train import sizing
 
 
@@ -43,7 +46,7 @@ from explore_rl.train import sizing
 class Progress:
     """Everything a resume needs besides the config."""
 
-    state: object  # TrainState
+    state: TrainState
     data_position: jax.Array  # next index into the training stream
     explorers: dict = dataclasses.field(default_factory=dict)  # {name: explorer state}
 
@@ -52,12 +55,12 @@ class Progress:
 class Run:
     """What stays fixed over a run's steps."""
 
-    config: ConfigDict
-    cfg: object  # ModelConfig
-    tok: object  # Tokenizer
+    spec: RunSpec
+    cfg: ModelConfig
+    tok: Tokenizer
     train_set: Sequence  # sharded.Problems: the file's rows, each process holding its shard
     test_sets: dict  # {benchmark: problems}
-    optimizer: object
+    optimizer: optax.GradientTransformation
     verifier: Verifier
     key: jax.Array  # step s samples with fold_in(key, s)
     eval_key: jax.Array  # evaluation after step s: fold_in(eval_key, s)
@@ -72,18 +75,20 @@ class Run:
     eval_engine: engine_lib.EngineConfig | None = None  # sized at start; None: the config's
 
     @classmethod
-    def create(cls, c, cfg, tok, verifier, workdir=None, ref_params=None, mesh=None) -> Run:
-        """The run of config `c`: its problems (each process reads its shard of the
-        training file), optimizer, keys and explorers."""
-        settings = config_lib.rollout_settings(c, tok)
+    def create(
+        cls, spec: RunSpec, explorers: list, cfg, tok, verifier, workdir=None, mesh=None
+    ) -> Run:
+        """The run of `spec` with its `explorers` (`exploration.build`): its problems (each
+        process reads its shard of the training file), optimizer and keys."""
+        settings = spec.rollout_settings(tok)
         fit = functools.partial(  # over-long prompts found now, not at the step drawing one
             rollout_lib.fit_prompts, tok, fmt=settings.prompt, max_len=settings.max_prompt_len,
-            policy=c.task.long_prompts,
+            policy=spec.task.long_prompts,
         )  # fmt: skip
         shard = tasks.Shard(jax.process_index(), jax.process_count())
         local, test_sets, longest, eval_longest, error = [], {}, 0, 0, None
         try:
-            local, test_sets = config_lib.load_problems(c, shard)
+            local, test_sets = config_lib.load_problems(spec, shard)
             name = "train" if shard.count == 1 else f"train (process {shard.index}'s shard)"
             local, longest = fit(local, name=name, whole=shard.count == 1)
             fitted = {n: fit(problems, name=n) for n, problems in test_sets.items()}
@@ -94,19 +99,18 @@ class Run:
                 raise
             error = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
         joined = sharded.Problems.join(local, shard, parallel.allgather_bytes, longest, error)
-        key, eval_key = jax.random.split(jax.random.key(c.seed))
+        key, eval_key = jax.random.split(jax.random.key(spec.seed))
         return cls(
-            config=c,
+            spec=spec,
             cfg=cfg,
             tok=tok,
             train_set=joined.problems,
             test_sets=test_sets,
-            optimizer=make_optimizer(config_lib.optim_config(c)),
+            optimizer=make_optimizer(spec.optim),
             verifier=verifier,
             key=key,
             eval_key=eval_key,
-            explorers=exploration.build(c),
-            ref_params=ref_params,
+            explorers=explorers,
             workdir=workdir,
             mesh=mesh,
             settings=settings,
@@ -119,7 +123,7 @@ class Run:
             params,
             self.cfg,
             self.tok,
-            self.config,
+            self.spec,
             step,
             self.train_set,
             self.verifier,
@@ -128,40 +132,37 @@ class Run:
         )
 
 
-def start(c, workdir: str, verifier: Verifier, mesh: Mesh | None = None):
-    """Load everything a run needs (on `mesh`, else the config's); resume from the newest
-    intact checkpoint if there is one."""
-    config_lib.validate(c)
+def start(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mesh: Mesh):
+    """Load everything a run of `spec` needs onto `mesh`; resume from the newest intact
+    checkpoint if there is one."""
     checkpoint_lib.open_workdir(workdir)
-    ckpt = Checkpointer(
-        workdir, c.train.keep_checkpoints, parallel.is_main_process(), c.train.best_metric
-    )
+    t = spec.train
+    ckpt = Checkpointer(workdir, t.keep_checkpoints, parallel.is_main_process(), t.best_metric)
     step = ckpt.newest_intact()
     if step:  # before anything is loaded: a run of another config is refused now
-        check_same_run(c, workdir)
-        check_kept(c, ckpt)
+        check_same_run(spec, workdir)
+        check_kept(spec, ckpt)
     memory.trim_after_compiles()
-    mesh = config_lib.mesh(c) if mesh is None else mesh
-    cfg, tok = config_lib.model_spec(c)
+    cfg, tok = config_lib.model_spec(spec.model)
     if cfg.param_dtype == "bfloat16":  # bfloat16 keeps 8 significant bits
         logging.warning(
             "model.param_dtype=bfloat16: an optimizer step of ~optim.lr=%g is rounded away "
             "on every weight above ~%.2g; train float32 weights (model.dtype=bfloat16 keeps "
-            "the matmuls in bfloat16)", c.optim.lr, 256 * c.optim.lr,
+            "the matmuls in bfloat16)", spec.optim.lr, 256 * spec.optim.lr,
         )  # fmt: skip
-    run = Run.create(c, cfg, tok, verifier, workdir, mesh=mesh)
+    run = Run.create(spec, explorers, cfg, tok, verifier, workdir, mesh=mesh)
     if not run.train_set:
         raise ValueError(
-            f"task {config_lib.task_name(c)!r} has no training problems: set task.train_path "
+            f"task {spec.task.name!r} has no training problems: set task.train_path "
             "(a preset whose data/ folder has no train.jsonl is a test set only), or check "
             "that some of its rows have a question and an answer and fit "
             "rollout.max_prompt_len"
         )
     sized, run.memory_estimate = sizing.size(
-        c, cfg, dict(mesh.shape), run.optimizer, run.longest_prompt, run.explorers
+        spec, cfg, dict(mesh.shape), run.optimizer, run.longest_prompt, run.explorers
     )
     main = parallel.is_main_process()
-    if c.rollout.slots == "auto":  # the most slots that fit, up to every row at once
+    if spec.rollout.slots == "auto":  # the most slots that fit, up to every row at once
         slots = sized.rollout.slots
         run.settings = dataclasses.replace(
             run.settings, engine=dataclasses.replace(run.settings.engine, slots=slots)
@@ -176,13 +177,13 @@ def start(c, workdir: str, verifier: Verifier, mesh: Mesh | None = None):
     if main:
         print(what_runs(run, workdir, step), file=sys.stderr)
         print(run.memory_estimate.summary(), file=sys.stderr)
-    if c.train.check_memory:  # before the weights are read
+    if spec.train.check_memory:  # before the weights are read
         sizing.check(
             sized, cfg, dict(mesh.shape), run.optimizer, run.longest_prompt, run.explorers,
             run.memory_estimate,
         )  # fmt: skip
-    params = config_lib.load_params(c, cfg, parallel.placer(mesh))
-    run.ref_params = jax.tree.map(jnp.copy, params) if c.rl.kl_coef else None
+    params = config_lib.load_params(spec.model, spec.seed, cfg, parallel.placer(mesh))
+    run.ref_params = jax.tree.map(jnp.copy, params) if spec.loss.kl_coef else None
     state = parallel.create(init_state, mesh, params, run.optimizer)
     return run, _resume(run, ckpt, step, state, mesh), ckpt
 
@@ -207,11 +208,10 @@ def size_evaluation(run: Run, axis_sizes: dict) -> None:
     """With `rollout.slots = "auto"`, the held-out evaluation's decode slots too: the most
     that fit a device beside what stays resident, for one evaluation batch of the
     longest held-out prompt (`sizing.eval_variant`; was: every row of a batch at once)."""
-    c = run.config
-    if c.rollout.slots != "auto" or not run.test_sets:
+    if run.spec.rollout.slots != "auto" or not run.test_sets:
         return
     n = sizing.fit_slots(
-        sizing.eval_variant(c), run.cfg, axis_sizes, run.optimizer, run.longest_eval_prompt,
+        sizing.eval_variant(run.spec), run.cfg, axis_sizes, run.optimizer, run.longest_eval_prompt,
         run.explorers,
     )  # fmt: skip
     run.eval_engine = dataclasses.replace(run.settings.engine, slots=n)
@@ -220,15 +220,15 @@ def size_evaluation(run: Run, axis_sizes: dict) -> None:
 def what_runs(run: Run, workdir: str, step: int) -> str:
     """What the run will use, said at start: the model (a path, or a random shape), the
     task's data and held-out sets with their sizes, the methods, the run directory."""
-    c, cfg = run.config, run.cfg
+    s, cfg = run.spec, run.cfg
     size = f"{cfg.family}, {cfg.num_params() / 1e6:.0f}M params"
     model = (
-        f"random {c.model.random_init} weights ({size}), the tokenizer of {c.model.path}"
-        if c.model.random_init
-        else f"{c.model.path} ({size})"
+        f"random {s.model.random_init} weights ({size}), the tokenizer of {s.model.path}"
+        if s.model.random_init
+        else f"{s.model.path} ({size})"
     )
-    source = c.task.train_path or c.task.preset or config_lib.task_name(c)
-    cap = c.eval.num_prompts
+    source = s.task.train_path or s.task.preset or s.task.name
+    cap = s.eval.num_prompts
     held_out = ", ".join(
         f"{n} ({len(p)}" + (f", the first {cap}: eval.num_prompts)" if 0 < cap < len(p) else ")")
         for n, p in run.test_sets.items()
@@ -237,24 +237,24 @@ def what_runs(run: Run, workdir: str, step: int) -> str:
     return "\n".join([
         f"model: {model}",
         f"task: {source}: {len(run.train_set)} training problems; held out: {held_out}",
-        f"methods: {', '.join(c.exploration.methods) or 'none (GRPO)'}",
+        f"methods: {', '.join(n for n, _ in s.methods) or 'none (GRPO)'}",
         f"run: {workdir} ({resume}); tensorboard --logdir {workdir}",
     ])  # fmt: skip
 
 
-def check_kept(c, ckpt: Checkpointer) -> None:
+def check_kept(spec: RunSpec, ckpt: Checkpointer) -> None:
     """A resume that keeps fewer checkpoints than the run has would delete more than the
     oldest one at its next save: refused unless `train.prune_checkpoints`. The run's
     known-good steps count (a newest step a kill left without its digest is the
     rotation's, not kept); all of them for a run written before digests; its best step
     (`train.best_metric`) is kept whatever `keep_checkpoints` is."""
     known = checkpoint_lib.digested(ckpt.folder) or checkpoint_lib.steps(ckpt.folder)
-    keep = c.train.keep_checkpoints
+    keep = spec.train.keep_checkpoints
     stays = set(known[len(known) - keep + 1 :] if keep > 1 else [])  # beside the next save
     if ckpt.best is not None:
         stays.add(ckpt.best["step"])
     extra = len([s for s in known if s not in stays]) - 1  # the rotation deletes one
-    if extra > 0 and not c.train.prune_checkpoints:
+    if extra > 0 and not spec.train.prune_checkpoints:
         raise ValueError(
             f"train.keep_checkpoints={keep} would delete {extra} of the {len(known)} "
             f"checkpoints in {ckpt.folder} at the next save: keep {keep + extra}, or "
@@ -273,17 +273,17 @@ _SCHEDULING = (
 )  # fmt: skip
 
 
-def check_same_run(c, workdir: str) -> None:
+def check_same_run(spec: RunSpec, workdir: str) -> None:
     """A work directory with checkpoints resumes only the run its config.json describes:
     another model, task, rollout, update or method setting (or seed) is refused, naming the
     first difference, unless `train.allow_config_change`. Length, logging, evaluation,
     placement and rollout-scheduling settings may change on resume."""
     path = os.path.join(workdir, "config.json")
-    if c.train.allow_config_change or not os.path.exists(path):
+    if spec.train.allow_config_change or not os.path.exists(path):
         return
     with open(path) as f:
         before = flatten(json.load(f))
-    now = flatten(json.loads(config_lib.resolved(c).to_json()))
+    now = flatten(spec.record)
     # a key only one side has was added to the code after the run started: not a change
     changed = sorted(
         k

@@ -23,21 +23,26 @@ from explore_rl import checkpoint as checkpoint_lib
 from explore_rl import config as config_lib
 from explore_rl import parallel
 from explore_rl.evaluation.evaluate import Stopped
+from explore_rl.exploration import base as exploration
 from explore_rl.logs import RunLogger
 from explore_rl.rewards.math import Verifier
+from explore_rl.spec import RunSpec
 from explore_rl.train.build import start
 from explore_rl.train.steps import run_evaluation, train_one_step
 
 
 def train(c, workdir: str):
-    config_lib.validate(c)  # before the work directory is made or locked
-    mesh = config_lib.mesh(c)
+    """The run of config `c` in `workdir`: its spec and explorers resolved and checked
+    before the work directory is made or locked."""
+    spec = config_lib.spec(c)
+    explorers = exploration.build(spec)
+    mesh = config_lib.mesh(spec.mesh)
     with (
         checkpoint_lib.only_writer(workdir, take=parallel.is_main_process()),
-        config_lib.verifier(c) as verifier,
+        config_lib.verifier(spec.reward) as verifier,
         parallel.use(mesh),
     ):
-        return _train(c, workdir, verifier, mesh)
+        return _train(spec, explorers, workdir, verifier, mesh)
 
 
 class Preempted(SystemExit):
@@ -73,32 +78,33 @@ class _StopSignals:
             signal.signal(sig, handler)
 
 
-def _train(c, workdir: str, verifier: Verifier, mesh: Mesh):
-    run, progress, ckpt = start(c, workdir, verifier, mesh)
+def _train(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mesh: Mesh):
+    run, progress, ckpt = start(spec, explorers, workdir, verifier, mesh)
+    t = spec.train
     start_step = ckpt.latest_step() or 0
     main = parallel.is_main_process()
     logger = _open_logs(run, workdir, start_step, main)
     bar = tqdm(
-        range(start_step, c.train.steps),
+        range(start_step, t.steps),
         initial=start_step,
-        total=c.train.steps,
+        total=t.steps,
         desc="train",
         dynamic_ncols=True,
         disable=not main,
     )
-    updates_per_step = c.rl.minibatches * c.rl.ppo_epochs
+    updates_per_step = spec.update.minibatches * spec.update.ppo_epochs
     skipped_in_a_row, skipped = 0, int(progress.state.skipped)
     metrics = None  # the last step's, for the summary
-    if c.train.eval_before and start_step == 0 and run.test_sets:  # logged as step 0
+    if t.eval_before and start_step == 0 and run.test_sets:  # logged as step 0
         logger.log(0, run_evaluation(run, progress.state.params, progress.explorers, 0))
     with _StopSignals() as stop:
         for step in bar:
             progress, metrics, ro = train_one_step(run, progress, step)
             cut = not _evaluate_if_due(run, progress, step + 1, metrics, stop)
-            if (step + 1) % c.train.log_every == 0 or step + 1 == c.train.steps:
-                logger.log(step + 1, metrics, _samples(ro, run.tok, c.train.samples_to_log))
-            due = (step + 1) % c.train.checkpoint_every == 0 or step + 1 == c.train.steps
-            best = metrics[c.train.best_metric] if ckpt.improves(metrics) else None
+            if (step + 1) % t.log_every == 0 or step + 1 == t.steps:
+                logger.log(step + 1, metrics, _samples(ro, run.tok, t.samples_to_log))
+            due = (step + 1) % t.checkpoint_every == 0 or step + 1 == t.steps
+            best = metrics[t.best_metric] if ckpt.improves(metrics) else None
             if due or best is not None or stop.received is not None:
                 ckpt.save(step + 1, progress, force=not due, best=best)
             bar.set_postfix(
@@ -112,7 +118,7 @@ def _train(c, workdir: str, verifier: Verifier, mesh: Mesh):
             whole = now - skipped == updates_per_step
             skipped_in_a_row = skipped_in_a_row + now - skipped if whole else now - skipped
             skipped = now
-            if skipped_in_a_row >= c.train.max_skipped_updates:
+            if skipped_in_a_row >= t.max_skipped_updates:
                 ckpt.close()
                 logger.close()
                 raise RuntimeError(
@@ -127,20 +133,17 @@ def _train(c, workdir: str, verifier: Verifier, mesh: Mesh):
     ckpt.close()
     logger.close()
     if main:
-        print(_summary(workdir, start_step, c.train.steps, metrics), file=sys.stderr)
+        print(_summary(workdir, start_step, t.steps, metrics), file=sys.stderr)
     return progress
 
 
 def _open_logs(run, workdir: str, start_step: int, main: bool) -> RunLogger:
     """The run's config.json (the resolved config and its memory estimate) and its logger,
     from `start_step` on; one writer in a run of several processes."""
-    resolved = config_lib.resolved(run.config)
     if main:
         with open(os.path.join(workdir, "config.json"), "w") as f:
-            record = {**json.loads(resolved.to_json()), "memory": run.memory_estimate.record()}
-            json.dump(record, f, indent=2)
-    wandb = config_lib.wandb_settings(run.config, resolved)
-    return RunLogger(workdir, start_step, wandb, write=main)
+            json.dump({**run.spec.record, "memory": run.memory_estimate.record()}, f, indent=2)
+    return RunLogger(workdir, start_step, run.spec.wandb, write=main)
 
 
 def _stopped(signum: int, step: int, cut: bool, workdir: str) -> str:
@@ -176,7 +179,7 @@ def _evaluate_if_due(run, progress, step: int, metrics: dict, stop: _StopSignals
     """The held-out evaluation after `step` when `train.eval_every` asks for it, and after
     the last step whenever it is set (what a run ends with is always measured), into
     `metrics`; False if a stop signal cut it short (no partial result is logged)."""
-    every, last = run.config.train.eval_every, run.config.train.steps
+    every, last = run.spec.train.eval_every, run.spec.train.steps
     if not every or (step % every and step != last):
         return True
     try:

@@ -1,8 +1,8 @@
-"""A run's sizes from its config: the step's shape, its memory estimate, the decode slots
+"""A run's sizes from its spec: the step's shape, its memory estimate, the decode slots
 `rollout.slots = "auto"` chooses, and the settings that would make a run fit.
 
-    shape = step_shape(c, longest_prompt, axis_sizes)
-    est = estimate(c, cfg, axis_sizes, optimizer, longest_prompt, explorers)
+    shape = step_shape(spec, longest_prompt, axis_sizes)
+    est = estimate(spec, cfg, axis_sizes, optimizer, longest_prompt, explorers)
 
 Everything here is shapes: no weight is read, so a run that cannot fit is refused (with
 what would make it fit) before it loads anything, and a config can be sized for a mesh
@@ -11,37 +11,34 @@ this machine does not have (`axis_sizes`, `capacity`).
 
 from __future__ import annotations
 
-import copy
-
-from ml_collections import ConfigDict
-
 from explore_rl import parallel
 from explore_rl.exploration import base as exploration
 from explore_rl.rl import footprint
 from explore_rl.sampling import sampler
+from explore_rl.spec import RunSpec, replace
 
 GIB = footprint.GIB
 
 
-def step_shape(c: ConfigDict, longest_prompt: int, axis_sizes: dict | None = None, length: int = 0):
+def step_shape(spec: RunSpec, longest_prompt: int, axis_sizes: dict | None = None, length: int = 0):
     """The sizes of one step of config `c` (prompts padded to the longest's bucket) on a
     mesh of `axis_sizes` (the batch shards a token budget's micro-batch is cut for), its
     update's micro-batch at `length` tokens (0: the longest)."""
-    rows = c.rollout.prompts * c.rollout.group_size
-    n_slots = 0 if c.rollout.slots == "auto" else c.rollout.slots
+    rows = spec.rollout.prompts * spec.rollout.group_size
+    n_slots = 0 if spec.rollout.slots == "auto" else spec.rollout.slots
     slotted = 0 < n_slots < rows
     prompt_len = sampler.bucket(max(longest_prompt, 1))
-    g, t = c.rollout.group_size, c.rollout.max_new_tokens
-    groups = c.rollout.prompts // c.rl.minibatches  # an optimizer step's
+    g, t = spec.rollout.group_size, spec.rollout.max_new_tokens
+    groups = spec.rollout.prompts // spec.update.minibatches  # an optimizer step's
     length = length or t
-    if c.optim.micro_batch_tokens:  # `train_step.plan_micro_batches`' groups at `length`
+    if spec.optim.micro_batch_tokens:  # `train_step.plan_micro_batches`' groups at `length`
         shards = parallel.batch_shards(axis_sizes or {})
-        per_shard = max(c.optim.micro_batch_tokens // (prompt_len + g * length), 1)
+        per_shard = max(spec.optim.micro_batch_tokens // (prompt_len + g * length), 1)
         update_prompts = min(per_shard, -(-groups // shards)) * shards
     else:
-        update_prompts = max(groups // c.optim.micro_batches, 1)
+        update_prompts = max(groups // spec.optim.micro_batches, 1)
     return footprint.StepShape(
-        prompts=c.rollout.prompts,
+        prompts=spec.rollout.prompts,
         decode_rows=n_slots if slotted else rows,
         prompt_len=prompt_len,
         new_tokens=t,
@@ -52,19 +49,19 @@ def step_shape(c: ConfigDict, longest_prompt: int, axis_sizes: dict | None = Non
     )
 
 
-def estimate(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=None):
+def estimate(spec, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=None):
     """The memory estimate of config `c` (with its explorers' extra rows and prompt
     lengths) on a mesh of `axis_sizes`. A token budget's micro-batches trade rows for
     length: the update is its widest micro-batch's (the shortest bucket, most groups) or
     its longest's, whichever is larger."""
-    lengths = [0, sampler.bucket(1)] if c.optim.micro_batch_tokens else [0]
+    lengths = [0, sampler.bucket(1)] if spec.optim.micro_batch_tokens else [0]
     estimates = [
         footprint.estimate(
             cfg,
             axis_sizes,
             optimizer,
-            exploration.step_shape(explorers, step_shape(c, longest_prompt, axis_sizes, n)),
-            bool(c.rl.kl_coef),
+            exploration.step_shape(explorers, step_shape(spec, longest_prompt, axis_sizes, n)),
+            bool(spec.loss.kl_coef),
             capacity,
         )  # fmt: skip
         for n in lengths
@@ -72,37 +69,28 @@ def estimate(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=
     return max(estimates, key=lambda e: e.update)
 
 
-def eval_variant(c: ConfigDict) -> ConfigDict:
-    """Config `c` as one batch of its held-out evaluation, for sizing its decode slots:
+def eval_variant(spec: RunSpec) -> RunSpec:
+    """Spec `spec` as one batch of its held-out evaluation, for sizing its decode slots:
     `eval.batch_prompts` questions x `eval.samples` rows of up to `eval.max_new_tokens`
     tokens (the run's params and optimizer state stay resident meanwhile)."""
-    e = c.eval
-    return _variant(c, **{
+    e = spec.eval
+    return replace(spec, **{
         "rollout.prompts": e.batch_prompts, "rollout.group_size": e.samples,
         "rollout.max_new_tokens": e.max_new_tokens, "rollout.slots": "auto",
-        "rl.minibatches": 1, "optim.micro_batches": 1, "optim.micro_batch_tokens": 0,
+        "update.minibatches": 1, "optim.micro_batches": 1, "optim.micro_batch_tokens": 0,
     })  # fmt: skip
 
 
-def sample_variant(c: ConfigDict, prompts: int) -> ConfigDict:
-    """Config `c` as `--mode sample`'s one generation, for sizing its decode slots: its
-    `prompts` x `sample.samples_per_prompt` rows of up to `sample.max_new_tokens` tokens
-    (params resident; no optimizer, no reference model)."""
-    s = c.sample
-    return _variant(c, **{
-        "rollout.prompts": prompts, "rollout.group_size": s.samples_per_prompt,
-        "rollout.max_new_tokens": s.max_new_tokens, "rollout.slots": "auto",
-        "rl.minibatches": 1, "rl.kl_coef": 0.0, "optim.micro_batches": 1,
+def sample_variant(spec: RunSpec, prompts: int, samples: int, max_new_tokens: int) -> RunSpec:
+    """Spec `spec` as `--mode sample`'s one generation, for sizing its decode slots: its
+    `prompts` x `samples` rows of up to `max_new_tokens` tokens (params resident; no
+    optimizer, no reference model)."""
+    return replace(spec, **{
+        "rollout.prompts": prompts, "rollout.group_size": samples,
+        "rollout.max_new_tokens": max_new_tokens, "rollout.slots": "auto",
+        "update.minibatches": 1, "loss.kl_coef": 0.0, "optim.micro_batches": 1,
         "optim.micro_batch_tokens": 0,
     })  # fmt: skip
-
-
-def _variant(c: ConfigDict, **changes) -> ConfigDict:
-    out = copy.deepcopy(c)
-    for key, value in changes.items():
-        section, name = key.split(".")
-        out[section][name] = value
-    return out
 
 
 # The share of a device decode slots may fill by the estimate: the estimate counts arrays,
@@ -110,16 +98,16 @@ def _variant(c: ConfigDict, **changes) -> ConfigDict:
 SLOTS_HEADROOM = 0.9
 
 
-def fit_slots(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=None) -> int:
+def fit_slots(spec, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=None) -> int:
     """The most decode slots, up to every row (0), with which the estimate fits in
     `SLOTS_HEADROOM` of a device: a multiple of the batch axes' devices, so each holds
     its own rows; the fewest (one per device) when none does (the refusal then names the
     rest)."""
-    rows = c.rollout.prompts * c.rollout.group_size
+    rows = spec.rollout.prompts * spec.rollout.group_size
     shards = parallel.batch_shards(axis_sizes)
 
     def fits(n):  # the rollout's phase: the update's does not depend on the slots
-        v = _variant(c, **{"rollout.slots": n})
+        v = replace(spec, **{"rollout.slots": n})
         e = estimate(v, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity)
         return e.resident + e.rollout <= SLOTS_HEADROOM * e.capacity
 
@@ -132,7 +120,7 @@ def fit_slots(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity
     return low * shards
 
 
-def fixes(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=None) -> list[str]:
+def fixes(spec, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=None) -> list[str]:
     """Settings with which a run that does not fit would, each with its peak: for the
     update, rematerialised layers, else a token budget for its micro-batches (the largest
     power of two that fits, with remat if need be); for the rollout, the most decode slots
@@ -145,46 +133,48 @@ def fixes(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=Non
         e = est(v, cfg_)
         return e.resident + e.update <= e.capacity
 
-    e = est(c, cfg)
-    settings, v, cfg_ = [], c, cfg
-    if not update_fits(c, cfg):
+    e = est(spec, cfg)
+    settings, v, cfg_ = [], spec, cfg
+    if not update_fits(spec, cfg):
         remat = cfg.replace(remat="block")
-        if cfg.remat == "none" and update_fits(c, remat):
+        if cfg.remat == "none" and update_fits(spec, remat):
             settings, cfg_ = ["model.remat=block"], remat
         else:
-            one_group = sampler.bucket(max(longest_prompt, 1)) + c.rollout.group_size * (
-                c.rollout.max_new_tokens
+            one_group = sampler.bucket(max(longest_prompt, 1)) + spec.rollout.group_size * (
+                spec.rollout.max_new_tokens
             )
             for b in (2**e for e in range(30, 0, -1) if 2**e >= one_group):
                 for name, candidate in (("", cfg), ("model.remat=block and ", remat)):
-                    budgeted = _variant(c, **{"optim.micro_batch_tokens": b})
+                    budgeted = replace(spec, **{"optim.micro_batch_tokens": b})
                     if not settings and update_fits(budgeted, candidate):
                         settings = [f"{name}optim.micro_batch_tokens={b}"]
                         v, cfg_ = budgeted, candidate
     if e.resident + e.rollout > e.capacity and (not settings or update_fits(v, cfg_)):
         n = fit_slots(v, cfg_, axis_sizes, optimizer, longest_prompt, explorers, capacity)
-        v = _variant(v, **{"rollout.slots": n})
+        v = replace(v, **{"rollout.slots": n})
         settings.append(f"rollout.slots={n}")
     found = []
     if settings and (together := est(v, cfg_)).fits:
         found.append(f"{' and '.join(settings)} (~{together.peak / GIB:.0f} GiB)")
     for factor in (2, 4, 8, 16, 32, 64):
         sizes = {**axis_sizes, "fsdp": axis_sizes.get("fsdp", 1) * factor}
-        if (more := est(c, cfg, sizes)).fits:
+        if (more := est(spec, cfg, sizes)).fits:
             found.append(f"{factor}x the devices on mesh.fsdp (~{more.peak / GIB:.0f} GiB)")
             break
     return found
 
 
-def check(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, est) -> None:
+def check(spec, cfg, axis_sizes, optimizer, longest_prompt, explorers, est) -> None:
     """Refuse, in one line, a run whose estimate `est` does not fit, naming what would."""
     if not est.fits:
-        est.check(fixes(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, est.capacity_of))
+        est.check(
+            fixes(spec, cfg, axis_sizes, optimizer, longest_prompt, explorers, est.capacity_of)
+        )
 
 
-def size(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=None):
-    """(c with `rollout.slots` a count: "auto" becomes `fit_slots`', the estimate of it)."""
-    if c.rollout.slots == "auto":
-        n = fit_slots(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity)
-        c = _variant(c, **{"rollout.slots": n})
-    return c, estimate(c, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity)
+def size(spec, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=None):
+    """(`c` with `rollout.slots` a count: "auto" becomes `fit_slots`', the estimate of it)."""
+    if spec.rollout.slots == "auto":
+        n = fit_slots(spec, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity)
+        spec = replace(spec, **{"rollout.slots": n})
+    return spec, estimate(spec, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity)

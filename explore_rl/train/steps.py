@@ -14,7 +14,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from explore_rl import config as config_lib
 from explore_rl import memory, parallel
 from explore_rl.data import sharded
 from explore_rl.evaluation import metrics as metrics_lib
@@ -33,6 +32,7 @@ from explore_rl.rl.train_step import (
     train_step,
 )
 from explore_rl.sampling import engine as engine_lib
+from explore_rl.spec import RunSpec
 from explore_rl.train.build import Progress, Run, placed
 
 
@@ -49,15 +49,15 @@ def stream(problems, seed: int, position: int, n: int) -> list:
 
 def collect(run: Run, progress: Progress, step: int):
     """The step's Q groups (DAPO: informative ones, refilled); new data position."""
-    c, params = run.config, progress.state.params
-    r, q, g = c.rollout, c.rollout.prompts, c.rollout.group_size
+    s, params = run.spec, progress.state.params
+    r, q, g = s.rollout, s.rollout.prompts, s.rollout.group_size
     ctx, step_key = run.context(params, step), jax.random.fold_in(run.key, step)
     position = int(progress.data_position)
     kept, spare, batches, timeouts, errors, calls = [], [], 0, 0, 0, []
     while len(kept) < q and batches < (r.max_generation_batches if r.dynamic_sampling else 1):
         plan_key, sample_key = jax.random.split(jax.random.fold_in(step_key, batches))
         plan = base_plan(
-            q * g, r.max_new_tokens, r.temperature, stream(run.train_set, c.seed, position, q)
+            q * g, r.max_new_tokens, r.temperature, stream(run.train_set, s.seed, position, q)
         )
         plan = exploration.plan(run.explorers, progress.explorers, plan, ctx, plan_key)
         position += q
@@ -114,27 +114,27 @@ def rollout_metrics(ro, extractors) -> dict:
     }
 
 
-def behaviour_is_pi_old(c, plan: RolloutPlan) -> bool:
+def behaviour_is_pi_old(spec: RunSpec, plan: RolloutPlan) -> bool:
     """Whether the sampler's mu already is pi_old, so its forward pass can be skipped:
     every row drawn from the plain policy (no interventions) at the score temperature, no
     truncation. pi_old is the policy that sampled the batch, fixed over all mini-batches
     and epochs of the update, so their number does not matter. Equal up to float rounding
     of two computation orders (~1e-6 in log-prob)."""
     return (
-        c.rl.pi_old == "auto"
-        and not config_lib.sampling_config(c, stop_ids=()).truncates
-        and plan.is_drawn_at(config_lib.score_temperature(c))
+        spec.update.pi_old == "auto"
+        and not spec.sampling.truncates
+        and plan.is_drawn_at(spec.loss.score_temperature)
     )
 
 
 def make_batch(run: Run, progress: Progress, ro, step: int):
     """The update's batch (every row scored under its clean prompt) and the explorers'
     new states and metrics."""
-    c, params = run.config, progress.state.params
+    s, params = run.spec, progress.state.params
     q, g = ro.rewards.shape
     ctx = run.context(params, step)
     rewards = exploration.rewards(run.explorers, progress.explorers, ro, ro.rewards, ctx)
-    adv = advantages_lib.ADVANTAGES[c.rl.advantage](jnp.asarray(rewards)).reshape(q * g)
+    adv = advantages_lib.ADVANTAGES[s.update.advantage](jnp.asarray(rewards)).reshape(q * g)
     adv, weights, states, metrics = exploration.shape(
         run.explorers, progress.explorers, ro, np.asarray(adv), np.ones(q * g, np.float32), ctx
     )
@@ -148,7 +148,7 @@ def make_batch(run: Run, progress: Progress, ro, step: int):
         old_logp=ro.out.logprobs,
         weights=jnp.asarray(weights, jnp.float32),
     )
-    if not behaviour_is_pi_old(c, ro.plan):
+    if not behaviour_is_pi_old(s, ro.plan):
         batch = batch.replace(old_logp=score_rollouts(run, params, batch, ro))
     if run.ref_params is not None:
         batch = batch.replace(ref_logp=score_rollouts(run, run.ref_params, batch, ro))
@@ -161,12 +161,11 @@ def score_rollouts(run: Run, params, batch: Batch, ro) -> jax.Array:
     """log pi(token) [B, T] of every rollout under the clean prompt at the score
     temperature (pi_old, or the reference policy's), a micro-batch of the update at a
     time: scoring takes no more memory than the update does."""
-    c = run.config
     plan = plan_micro_batches(
-        response_lengths(ro), scoring_optim(c), batch.prompts.shape[1], batch.tokens.shape[1],
-        parallel.batch_shards(run.mesh),
+        response_lengths(ro), scoring_optim(run.spec), batch.prompts.shape[1],
+        batch.tokens.shape[1], parallel.batch_shards(run.mesh),
     )  # fmt: skip
-    return score_batch(params, run.cfg, batch, plan, config_lib.score_temperature(c))
+    return score_batch(params, run.cfg, batch, plan, run.spec.loss.score_temperature)
 
 
 def response_lengths(ro) -> np.ndarray:
@@ -174,21 +173,21 @@ def response_lengths(ro) -> np.ndarray:
     return np.asarray(ro.out.mask).sum(axis=1).reshape(ro.rewards.shape)
 
 
-def scoring_optim(c) -> OptimConfig:
+def scoring_optim(spec: RunSpec) -> OptimConfig:
     """The update's micro-batches over a whole rollout batch (every minibatch's): how
     pi_old and the reference policy are scored."""
-    oc = config_lib.optim_config(c)
-    return dataclasses.replace(oc, micro_batches=oc.micro_batches * c.rl.minibatches)
+    oc = spec.optim
+    return dataclasses.replace(oc, micro_batches=oc.micro_batches * spec.update.minibatches)
 
 
-def update(state, batch: Batch, cfg, c, optimizer, lengths: np.ndarray | None = None):
+def update(state, batch: Batch, cfg, spec: RunSpec, optimizer, lengths: np.ndarray | None = None):
     """`rl.ppo_epochs` passes of `rl.minibatches` optimizer steps over the batch; `lengths`
     [Q, G]: its rows' response lengths, for a token budget (a run of several processes
     cannot read them from the batch)."""
-    lc, oc = config_lib.loss_config(c), config_lib.optim_config(c)
-    m, metrics = c.rl.minibatches, []
+    lc, oc = spec.loss, spec.optim
+    m, metrics = spec.update.minibatches, []
     per = batch.prompts.shape[0] // m
-    for _ in range(c.rl.ppo_epochs):
+    for _ in range(spec.update.ppo_epochs):
         for i in range(m):
             mb = group_slice(batch, m, i)
             part = None if lengths is None else lengths[i * per : (i + 1) * per]
@@ -208,7 +207,7 @@ def train_one_step(run: Run, progress: Progress, step: int):
     jax.block_until_ready(batch.old_logp)  # dispatch is asynchronous: time the work
     t2 = time.perf_counter()
     state, train_metrics = update(
-        progress.state, batch, run.cfg, run.config, run.optimizer, response_lengths(ro)
+        progress.state, batch, run.cfg, run.spec, run.optimizer, response_lengths(ro)
     )
     jax.block_until_ready(state.params)
     t3 = time.perf_counter()
@@ -238,7 +237,7 @@ def run_evaluation(run: Run, params, states: dict, step: int, records=None, stop
         run.cfg,
         run.tok,
         run.test_sets,
-        run.config,
+        run.spec,
         run.verifier,
         jax.random.fold_in(run.eval_key, step),
         lambda p: exploration.eval_plan(run.explorers, states, p, ctx),
