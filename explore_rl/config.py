@@ -20,7 +20,7 @@ from ml_collections import ConfigDict
 
 import configs
 from explore_rl import logs, parallel
-from explore_rl.data import tasks
+from explore_rl.data import jsonl, tasks
 from explore_rl.exploration import base as exploration
 from explore_rl.models import weights
 from explore_rl.models.tokenizer import PromptFormat
@@ -201,36 +201,48 @@ def _check(ok: bool, message: str):
 
 
 def validate(c: ConfigDict) -> None:
-    r = c.rollout
+    """Every value and combination no run can use, one line naming it (`spec` runs it)."""
+    for check in (_check_batch, _check_task, _check_schedule, _check_eval_and_reward):
+        check(c)
+    _check_paths(c)
+    _warn_unread_weights(c)
+
+
+def _check_batch(c: ConfigDict) -> None:
+    """The step's batch and how the update cuts it."""
+    r, o = c.rollout, c.optim
     _check(r.prompts >= 1, f"rollout.prompts={r.prompts}: need at least 1")
     _check(r.group_size >= 2, f"rollout.group_size={r.group_size}: GRPO needs >= 2 per group")
     _check(0 < r.top_p <= 1, f"rollout.top_p={r.top_p}: must be in (0, 1]")
     _check(r.temperature >= 0, f"rollout.temperature={r.temperature}: must be >= 0")
     advantages.ADVANTAGES.get(c.rl.advantage)  # a registered estimator
     counts = {"rl.minibatches": c.rl.minibatches, "rl.ppo_epochs": c.rl.ppo_epochs,
-              "optim.micro_batches": c.optim.micro_batches}  # fmt: skip
+              "optim.micro_batches": o.micro_batches}  # fmt: skip
     for key, value in counts.items():  # before they divide anything
         _check(value >= 1, f"{key}={value}: need at least 1")
-    _check(c.optim.lr > 0, f"optim.lr={c.optim.lr}: must be > 0")
+    _check(o.lr > 0, f"optim.lr={o.lr}: must be > 0")
     _check(
         r.prompts % c.rl.minibatches == 0,
         f"rl.minibatches={c.rl.minibatches} must divide rollout.prompts={r.prompts}",
     )
     per_minibatch = r.prompts // c.rl.minibatches
     _check(
-        c.optim.micro_batch_tokens >= 0,
-        f"optim.micro_batch_tokens={c.optim.micro_batch_tokens}: must be >= 0 (0: by count)",
+        o.micro_batch_tokens >= 0,
+        f"optim.micro_batch_tokens={o.micro_batch_tokens}: must be >= 0 (0: by count)",
     )
     _check(
-        c.optim.micro_batch_tokens or per_minibatch % c.optim.micro_batches == 0,
-        f"optim.micro_batches={c.optim.micro_batches} must divide the {per_minibatch} "
+        o.micro_batch_tokens or per_minibatch % o.micro_batches == 0,
+        f"optim.micro_batches={o.micro_batches} must divide the {per_minibatch} "
         "prompts of a minibatch",
     )
     _check(
-        not c.optim.micro_batch_tokens or c.optim.micro_batches == 1,
-        f"optim.micro_batches={c.optim.micro_batches} with optim.micro_batch_tokens="
-        f"{c.optim.micro_batch_tokens}: give one (the token budget cuts the micro-batches)",
+        not o.micro_batch_tokens or o.micro_batches == 1,
+        f"optim.micro_batches={o.micro_batches} with optim.micro_batch_tokens="
+        f"{o.micro_batch_tokens}: give one (the token budget cuts the micro-batches)",
     )
+
+
+def _check_task(c: ConfigDict) -> None:
     tasks.get(task_name(c))  # a registered task
     if task_name(c) == "jsonl":
         _check(
@@ -238,42 +250,48 @@ def validate(c: ConfigDict) -> None:
             "task.name='jsonl' needs task.train_path, task.test_paths or task.preset",
         )
         _check(
-            not c.task.preset or c.task.preset in tasks.JSONL_PRESETS,
-            f"task.preset={c.task.preset!r}: allowed {sorted(tasks.JSONL_PRESETS)}",
+            not c.task.preset or c.task.preset in jsonl.JSONL_PRESETS,
+            f"task.preset={c.task.preset!r}: allowed {sorted(jsonl.JSONL_PRESETS)}",
         )
-    _check_paths(c)
-    _warn_unread_weights(c)
     _check(
         c.task.long_prompts in ("skip", "error"),
         f"task.long_prompts={c.task.long_prompts!r}: allowed ['error', 'skip']",
     )
-    for e in extractors(c):
-        _check(e in EXTRACTORS, f"reward.extractors has {e!r}: allowed {EXTRACTORS}")
+
+
+def _check_schedule(c: ConfigDict) -> None:
+    """The run's length, logging, checkpoints and evaluation schedule."""
+    t = c.train
     _check(
-        c.train.steps >= 1 and c.train.log_every >= 1 and c.train.checkpoint_every >= 1,
+        t.steps >= 1 and t.log_every >= 1 and t.checkpoint_every >= 1,
         "train.steps, train.log_every and train.checkpoint_every must be >= 1",
     )
     _check(  # Orbax keeps none at 0: the next save would delete every checkpoint of the run
-        c.train.keep_checkpoints >= 1,
-        f"train.keep_checkpoints={c.train.keep_checkpoints}: need at least 1",
+        t.keep_checkpoints >= 1, f"train.keep_checkpoints={t.keep_checkpoints}: need at least 1"
     )
     _check(
-        not c.train.best_metric or (c.train.best_metric.startswith("eval/") and c.train.eval_every),
-        f"train.best_metric={c.train.best_metric!r}: an evaluation's metric ('eval/<set>/"
+        not t.best_metric or (t.best_metric.startswith("eval/") and t.eval_every),
+        f"train.best_metric={t.best_metric!r}: an evaluation's metric ('eval/<set>/"
         "<metric>', as logged) with train.eval_every > 0",
     )
-    _check(c.eval.samples >= 1, f"eval.samples={c.eval.samples}: need at least 1")
     _check(
-        c.reward.workers >= 1 and c.reward.timeout > 0 and c.reward.memory_mb >= 0,
-        f"reward.workers={c.reward.workers} must be >= 1, reward.timeout={c.reward.timeout} "
-        f"> 0, reward.memory_mb={c.reward.memory_mb} >= 0",
+        t.max_skipped_updates >= 1,
+        f"train.max_skipped_updates={t.max_skipped_updates}: must be >= 1",
     )
+
+
+def _check_eval_and_reward(c: ConfigDict) -> None:
+    e, rw = c.eval, c.reward
+    _check(e.samples >= 1, f"eval.samples={e.samples}: need at least 1")
+    _check(e.batch_prompts >= 1, f"eval.batch_prompts={e.batch_prompts}: need >= 1")
+    _check(e.num_prompts >= 0, f"eval.num_prompts={e.num_prompts}: must be >= 0 (0: all)")
+    for x in extractors(c):
+        _check(x in EXTRACTORS, f"reward.extractors has {x!r}: allowed {EXTRACTORS}")
     _check(
-        c.train.max_skipped_updates >= 1,
-        f"train.max_skipped_updates={c.train.max_skipped_updates}: must be >= 1",
+        rw.workers >= 1 and rw.timeout > 0 and rw.memory_mb >= 0,
+        f"reward.workers={rw.workers} must be >= 1, reward.timeout={rw.timeout} "
+        f"> 0, reward.memory_mb={rw.memory_mb} >= 0",
     )
-    _check(c.eval.batch_prompts >= 1, f"eval.batch_prompts={c.eval.batch_prompts}: need >= 1")
-    _check(c.eval.num_prompts >= 0, f"eval.num_prompts={c.eval.num_prompts}: must be >= 0 (0: all)")
 
 
 def validate_sample(c: ConfigDict) -> None:

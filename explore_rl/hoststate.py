@@ -4,7 +4,7 @@
 `HostState` is a pytree node without leaves: JAX passes it through tree operations
 (device_put, sharding, Orbax's array save) untouched, and the checkpointer writes its data
 as JSON beside the arrays of the same step (`checkpoint.py`). Treat it as immutable:
-return a new `HostState` with new data from `shape`, as with arrays.
+return a new `HostState` with new data from `shape_advantages`, as with arrays.
 
     state = {"counts": jnp.zeros(3), "memory": HostState({"problem-id": [0.1, 0.2]})}
 """

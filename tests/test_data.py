@@ -8,25 +8,25 @@ import warnings
 import numpy as np
 import pytest
 
-from explore_rl.data import tasks
+from explore_rl.data import arithmetic, jsonl, tasks
 
 
 def test_arithmetic_is_deterministic_exact_and_split():
-    a = tasks.make_arithmetic(50, seed=3, num_operands=3, max_digits=2, ops="+-*")
-    assert a == tasks.make_arithmetic(50, seed=3, num_operands=3, max_digits=2, ops="+-*")
+    a = arithmetic.make_arithmetic(50, seed=3, num_operands=3, max_digits=2, ops="+-*")
+    assert a == arithmetic.make_arithmetic(50, seed=3, num_operands=3, max_digits=2, ops="+-*")
     for p in a:
         expr = p.question.removeprefix("What is ").removesuffix("?")
         assert int(p.answer) == eval(expr)  # Python's precedence is the stated one
-    train = {p.question for p in tasks.make_arithmetic(300, seed=0)}
-    test = {p.question for p in tasks.make_arithmetic(100, seed=0, split="test")}
+    train = {p.question for p in arithmetic.make_arithmetic(300, seed=0)}
+    test = {p.question for p in arithmetic.make_arithmetic(100, seed=0, split="test")}
     assert not train & test and len(train) + len(test) == 100  # 1-digit a + b: 100 in all
     with pytest.raises(ValueError, match="ops='/'"):
-        tasks.make_arithmetic(1, ops="/")
+        arithmetic.make_arithmetic(1, ops="/")
 
 
 def test_word_problems():
-    words = tasks.make_arithmetic(40, seed=1, ops="+-*", max_digits=2, style="word")
-    assert words == tasks.make_arithmetic(40, seed=1, ops="+-*", max_digits=2, style="word")
+    words = arithmetic.make_arithmetic(40, seed=1, ops="+-*", max_digits=2, style="word")
+    assert words == arithmetic.make_arithmetic(40, seed=1, ops="+-*", max_digits=2, style="word")
     for p in words:
         a, b = (int(x) for x in re.findall(r"\d+", p.question)[:2])
         if "more" in p.question:
@@ -36,7 +36,7 @@ def test_word_problems():
         else:
             assert "in each" in p.question and int(p.answer) == a * b
     with pytest.raises(ValueError, match="num_operands=2"):
-        tasks.make_arithmetic(1, num_operands=3, style="word")
+        arithmetic.make_arithmetic(1, num_operands=3, style="word")
 
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data")  # the project's benchmarks
@@ -53,16 +53,16 @@ COUNTS = {
 
 def test_jsonl_presets_read_the_project_benchmarks(caplog):
     for name, n in COUNTS.items():
-        problems = tasks.read_problems(
-            os.path.join(DATA, name, "test.jsonl"), tasks.JSONL_PRESETS[name]
+        problems = jsonl.read_problems(
+            os.path.join(DATA, name, "test.jsonl"), jsonl.JSONL_PRESETS[name]
         )
         assert len(problems) == n, name
-    gsm = tasks.read_problems(
-        os.path.join(DATA, "gsm8k", "test.jsonl"), tasks.JSONL_PRESETS["gsm8k"]
+    gsm = jsonl.read_problems(
+        os.path.join(DATA, "gsm8k", "test.jsonl"), jsonl.JSONL_PRESETS["gsm8k"]
     )
     assert gsm[0].question.startswith("Janet") and gsm[0].answer == "18"  # "#### 18"
-    amc = tasks.read_problems(
-        os.path.join(DATA, "amc23", "test.jsonl"), tasks.JSONL_PRESETS["amc23"]
+    amc = jsonl.read_problems(
+        os.path.join(DATA, "amc23", "test.jsonl"), jsonl.JSONL_PRESETS["amc23"]
     )
     assert amc[0].answer == "27"  # stored as the float 27.0
     assert "skipped 2 rows" in caplog.text and "['line 168', 'line 193']" in caplog.text
@@ -70,33 +70,33 @@ def test_jsonl_presets_read_the_project_benchmarks(caplog):
 
 def test_jsonl_errors_name_the_line(tmp_path):
     path = tmp_path / "d.jsonl"
-    spec = tasks.JsonlSpec("q", "a", "hash")
+    spec = jsonl.JsonlSpec("q", "a", "hash")
     path.write_text('{"q": "1+1", "a": "#### 2"}\n{"q": "2+2", "a": "4"}\n')
     with pytest.raises(ValueError, match=r"d.jsonl: line 2: empty question or no hash answer"):
-        tasks.read_problems(str(path), spec, strict=True)
-    assert tasks.read_problems(str(path), spec) == [tasks.Problem("1+1", "2")]
+        jsonl.read_problems(str(path), spec, strict=True)
+    assert jsonl.read_problems(str(path), spec) == [tasks.Problem("1+1", "2")]
     path.write_text('{"q": "1+1", "a": "#### 2"}\n{"q": "oops"\n')
     with pytest.raises(ValueError, match=r"d.jsonl: line 2: not valid JSON"):
-        tasks.read_problems(str(path), spec, strict=True)
-    assert tasks.read_problems(str(path), spec) == [tasks.Problem("1+1", "2")]  # skipped
+        jsonl.read_problems(str(path), spec, strict=True)
+    assert jsonl.read_problems(str(path), spec) == [tasks.Problem("1+1", "2")]  # skipped
     path.write_text('{"q": "oops"\n{"q": "1+1", "a": "2"}\n')
     with pytest.raises(ValueError, match=r"d.jsonl: no usable rows \(2 skipped"):
-        tasks.read_problems(str(path), spec)
+        jsonl.read_problems(str(path), spec)
     path.write_text('{"question": "1+1", "a": "2"}\n')
     with pytest.raises(
         ValueError, match=r"d.jsonl: line 1: no field 'q' \(fields: \['a', 'question'\]\)"
     ):
-        tasks.read_problems(str(path), spec)
+        jsonl.read_problems(str(path), spec)
     # bytes that are not UTF-8 (a Latin-1 export), and files that are not what they are named
     path.write_bytes('{"q": "1+1", "a": "2"}\n{"q": "caf\u00e9", "a": "1"}\n'.encode("latin-1"))
     with pytest.raises(ValueError, match=r"d.jsonl:2: not UTF-8 text \(byte 10: invalid"):
-        tasks.read_problems(str(path), spec)
+        jsonl.read_problems(str(path), spec)
     (tmp_path / "d.json").write_bytes(b'[{"q": "caf\xe9"}]')
     with pytest.raises(ValueError, match=r"d.json: not UTF-8 text \(byte 11"):
-        tasks.read_problems(str(tmp_path / "d.json"), spec)
+        jsonl.read_problems(str(tmp_path / "d.json"), spec)
     (tmp_path / "d.parquet").write_text('{"q": "1+1", "a": "2"}\n')
     with pytest.raises(ValueError, match=r"d.parquet: not a Parquet file \("):
-        tasks.read_problems(str(tmp_path / "d.parquet"), spec)
+        jsonl.read_problems(str(tmp_path / "d.parquet"), spec)
 
 
 @tasks.register("test_two_sums")
@@ -145,7 +145,7 @@ def _reference_arithmetic(n, seed, split):
 @pytest.mark.parametrize("split,n", [("train", 150), ("test", 40)])
 def test_the_exhausted_space_shortcut_equals_the_plain_scan(split, n):
     # 1-digit sums have 80 train and 20 test questions: both n use their split up
-    fast = [p.question for p in tasks.make_arithmetic(n, seed=5, split=split)]
+    fast = [p.question for p in arithmetic.make_arithmetic(n, seed=5, split=split)]
     assert fast == _reference_arithmetic(n, 5, split)
 
 
@@ -153,7 +153,7 @@ ROWS = [
     {"extra_info": {"question": "What is 2 + 2?"}, "reward_model": {"ground_truth": "4"}},
     {"extra_info": {"question": "What is 3 * 3?"}, "reward_model": {"ground_truth": "9"}},
 ]
-NESTED = tasks.JsonlSpec("extra_info.question", "reward_model.ground_truth")  # verl's fields
+NESTED = jsonl.JsonlSpec("extra_info.question", "reward_model.ground_truth")  # verl's fields
 
 
 def _datasets_folder(path, rows):
@@ -188,11 +188,11 @@ def test_every_dataset_format_gives_the_same_problems(tmp_path):
     _datasets_folder(tmp_path / "folder", ROWS)
     expected = [tasks.Problem("What is 2 + 2?", "4"), tasks.Problem("What is 3 * 3?", "9")]
     for name in ("d.jsonl", "d.json", "d.parquet", "folder"):
-        assert tasks.read_problems(str(tmp_path / name), NESTED) == expected, name
+        assert jsonl.read_problems(str(tmp_path / name), NESTED) == expected, name
     with pytest.raises(ValueError, match=r"d.json: row 0: no field 'extra_info.q'"):
-        tasks.read_problems(str(tmp_path / "d.json"), tasks.JsonlSpec("extra_info.q", "x"))
+        jsonl.read_problems(str(tmp_path / "d.json"), jsonl.JsonlSpec("extra_info.q", "x"))
     with pytest.raises(ValueError, match="not a datasets save_to_disk folder"):
-        tasks.read_problems(str(tmp_path), NESTED)
+        jsonl.read_problems(str(tmp_path), NESTED)
 
 
 def test_test_sets_are_named_by_their_files(tmp_path):
@@ -201,8 +201,8 @@ def test_test_sets_are_named_by_their_files(tmp_path):
 
     for name, q in (("aime24", "problem"), ("amc23", "question")):  # each preset's fields
         (tmp_path / f"{name}.jsonl").write_text(json.dumps({q: f"{name}?", "answer": "1"}) + "\n")
-    assert tasks.benchmark_name("data/gsm8k/test.jsonl") == "gsm8k"
-    assert tasks.benchmark_name(str(tmp_path / "aime24.jsonl")) == "aime24"
+    assert jsonl.benchmark_name("data/gsm8k/test.jsonl") == "gsm8k"
+    assert jsonl.benchmark_name(str(tmp_path / "aime24.jsonl")) == "aime24"
     c = config_lib.load("configs/base.py")
     c.task.name, c.task.train_path = "jsonl", str(tmp_path / "amc23.jsonl")
     c.task.test_paths = f"{tmp_path}/aime24.jsonl,{tmp_path}/amc23.jsonl"

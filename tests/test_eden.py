@@ -136,7 +136,7 @@ def test_filter_keeps_the_top_fraction_and_scales_only_kept_rows():
     rewards = [[1, 0, 0, 1], [0, 0, 0, 0], [1, 1, 1, 0], [0, 1, 0, 1]]
     noisy = np.tile([False, False, False, True], 4)
     adv = np.array([0.8, -0.8, -0.8, 0.8, 0, 0, 0, 0, 0.5, 0.5, 0.5, -1.5, -0.6, 0.6, -0.6, 0.6])
-    s = ex.shape(None, _rollouts(rewards, noisy), adv, np.ones(16, np.float32), None)
+    s = ex.shape_advantages(None, _rollouts(rewards, noisy), adv, np.ones(16, np.float32), None)
     # noisy |A|: .8, 0, 1.5, .6 -> keep 2: rows 11 and 3
     np.testing.assert_array_equal(np.flatnonzero(noisy & (s.weights > 0)), [3, 11])
     np.testing.assert_allclose(s.advantages[[3, 11]], [0.4, -0.75])

@@ -50,7 +50,7 @@ class Toy(base.Explorer):
         tau = jnp.where(cool[:, None], self.settings.tau * plan.temperature, plan.temperature)
         return plan.replace(temperature=tau, info={**plan.info, self.name: {"cool": cool}})
 
-    def shape(self, state, rollouts, advantages, weights, ctx):
+    def shape_advantages(self, state, rollouts, advantages, weights, ctx):
         cool = np.asarray(rollouts.plan.info[self.name]["cool"])
         weights = np.where(cool, self.settings.weight * weights, weights)
         seen = dict(state["seen"].data)

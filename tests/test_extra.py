@@ -196,7 +196,7 @@ def test_the_step_consumes_exactly_the_queue_entries_its_plan_took():
         group_size=2,
         problems=[Problem("a", "1"), Problem("c", "3")],
     )
-    out = ex.shape(
+    out = ex.shape_advantages(
         state, ro, np.zeros(4, np.float32), np.ones(4, np.float32), SimpleNamespace(step=0)
     )
     assert [e["question"] for e in out.state["host"].data["queue"]] == ["q1", "q2"]

@@ -10,8 +10,8 @@ import optax
 import pytest
 
 from configs import ase, extra, grpo
-from explore_rl import bench
 from explore_rl import config as config_lib
+from explore_rl.bench import fit, long
 from explore_rl.exploration import base as exploration
 from explore_rl.models import presets
 from explore_rl.rl import footprint
@@ -26,7 +26,7 @@ def _estimate(c, longest_prompt=40):
     s = config_lib.spec(c)
     cfg, _ = config_lib.model_spec(s.model)
     optimizer = make_optimizer(s.optim)
-    shape = sizing.step_shape(s, longest_prompt, ONE)
+    shape = sizing.step_sizes(s, longest_prompt, ONE)
     return cfg, shape, footprint.estimate(cfg, ONE, optimizer, shape, bool(s.loss.kl_coef))
 
 
@@ -58,8 +58,8 @@ def test_methods_that_prefill_more_or_longer_prompts_are_counted():
     kv = lambda shape: footprint.estimate(  # noqa: E731
         config_lib.model_spec(s.model)[0], ONE, make_optimizer(s.optim), shape, False,
     ).terms["KV cache"]  # fmt: skip
-    base = sizing.step_shape(s, 40, ONE)
-    shaped = lambda c: exploration.step_shape(  # noqa: E731
+    base = sizing.step_sizes(s, 40, ONE)
+    shaped = lambda c: exploration.step_sizes(  # noqa: E731
         exploration.build(config_lib.spec(c)), base
     )
     a = ase.get_config("smoke")  # K = 3 routes and the clean one: 4 prefills a problem
@@ -95,17 +95,17 @@ def test_a_run_that_cannot_fit_is_refused_before_any_weight_is_read(tmp_path, mo
         loop.train(c, str(tmp_path))
 
 
-@pytest.mark.parametrize("name", bench.PAPER_CONFIGS)
+@pytest.mark.parametrize("name", fit.PAPER_CONFIGS)
 def test_every_paper_config_fits_one_node_of_eight_80_gb_devices(name):
     """Shapes only (the preset each config's model.path names, prompts as long as
     rollout.max_prompt_len): with its memory settings a paper config fits, each of its
     decode devices holding its own rows; without them (dense attention, every activation
     and logit kept, every row decoded at once) it is hundreds of GiB a device."""
-    c, est = bench.paper_fit(f"configs/{name}.py:paper")
+    c, est = fit.paper_fit(f"configs/{name}.py:paper")
     assert est.fits, est.summary()
     assert c.rollout.slots % 8 == 0  # 0: every row at once
     whole = config_lib.load(f"configs/{name}.py:paper")
-    whole.model.update(bench.LONG_MODES["dense"])
+    whole.model.update(long.LONG_MODES["dense"])
     whole.optim.micro_batch_tokens, whole.optim.micro_batches = 0, 8
     w = config_lib.resolve(whole)
     settings = config_lib.run_settings(w.model)

@@ -10,10 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from explore_rl.data import tasks
+from explore_rl.data import jsonl, tasks
 from explore_rl.data.sharded import Problems, take
 
-SPEC = tasks.JsonlSpec("q", "a")
+SPEC = jsonl.JsonlSpec("q", "a")
 # 13 rows: row 4 has no answer (skipped); in the JSONL file a torn line and blank lines too
 ROWS = [{"q": f"What is {i} + 1?", "a": "" if i == 4 else str(i + 1)} for i in range(13)]
 
@@ -38,10 +38,10 @@ def _files(tmp_path) -> dict:
 
 def test_shards_partition_every_format_by_row(tmp_path):
     for name, path in _files(tmp_path).items():
-        whole = tasks.read_problems(path, SPEC)
+        whole = jsonl.read_problems(path, SPEC)
         assert len(whole) == 12, name  # row 4 (and the torn line) skipped
         for n in (3, 4):
-            shards = [tasks.read_problems(path, SPEC, shard=tasks.Shard(p, n)) for p in range(n)]
+            shards = [jsonl.read_problems(path, SPEC, shard=tasks.Shard(p, n)) for p in range(n)]
             for p, shard in enumerate(shards):
                 assert all(x.row % n == p for x in shard), name
             joined = sorted((x for s in shards for x in s), key=lambda x: x.row)
@@ -79,12 +79,12 @@ def _as_processes(n: int, fn) -> list:
 
 def test_joined_shards_are_the_whole_file_on_every_process(tmp_path):
     path = _files(tmp_path)["d.jsonl"]
-    whole = tasks.read_problems(path, SPEC)
+    whole = jsonl.read_problems(path, SPEC)
     picks = [11, 0, 5, 5, 3]
 
     def process(p, gather):
         shard = tasks.Shard(p, 3)
-        local = tasks.read_problems(path, SPEC, shard=shard)
+        local = jsonl.read_problems(path, SPEC, shard=shard)
         joined = Problems.join(local, shard, gather, longest=10 + p)
         problems = joined.problems
         return len(local), joined.longest, len(problems), take(problems, picks), problems[2:6]

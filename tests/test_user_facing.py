@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from explore_rl.data import tasks
+from explore_rl.data import jsonl
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 USER_FACING = (
@@ -44,7 +44,7 @@ def test_no_user_facing_file_names_the_shared_folder():
     assert not offenders, "\n".join(offenders)
 
 
-@pytest.mark.parametrize("name", sorted(tasks.JSONL_PRESETS))
+@pytest.mark.parametrize("name", sorted(jsonl.JSONL_PRESETS))
 def test_the_benchmarks_the_presets_name_are_in_the_project(name):
     assert os.path.isfile(os.path.join(ROOT, "data", name, "test.jsonl"))
 
@@ -58,7 +58,7 @@ IMPORT_NAME = {
     "absl-py": "absl",
     "math-verify": "math_verify",
 }
-DEV_ONLY = {"torch", "transformers"}  # bench.py's peer comparison (the dev extra)
+DEV_ONLY = {"torch", "transformers"}  # bench's peer comparison (bench/sample.py) (the dev extra)
 OPTIONAL = {"wandb"}  # imported only when asked for; an extra of its own
 
 

@@ -146,12 +146,12 @@ class ASE(Explorer):
     def plan(self, state, plan: RolloutPlan, ctx: StepContext, rng) -> RolloutPlan:
         return self._route(state, plan, rng)
 
-    def step_shape(self, shape):
+    def step_sizes(self, sizes):
         """Each (problem, route) is prefilled once: up to min(K + 1, G) prompt rows a
         problem (G when every row has its own vector)."""
         g = self.run.rollout.group_size
         per = g if self.settings.routing == "unstructured" else len(set(routes(g, self.settings.k)))
-        return dataclasses.replace(shape, prompts=shape.prompts * per)
+        return dataclasses.replace(sizes, prompts=sizes.prompts * per)
 
     def eval_plan(self, state, plan: RolloutPlan, ctx: StepContext) -> RolloutPlan:
         if not self.settings.at_eval:
@@ -181,7 +181,7 @@ class ASE(Explorer):
 
     # ------------------------------------------------------------------ shape
 
-    def shape(self, state, rollouts, advantages, weights, ctx: StepContext) -> Shaped:
+    def shape_advantages(self, state, rollouts, advantages, weights, ctx: StepContext) -> Shaped:
         e = self.settings
         if e.routing == "unstructured":  # every row its own vector: no routes to compare
             return Shaped(advantages, weights, state, {})

@@ -7,10 +7,10 @@ An explorer acts at three points of a step:
   temperature x each explorer's), the `Interventions` (appended embeddings, steering), the
   rows' steering routes, the problems themselves (replacement prompts with their own
   reference answers, response prefixes), and `info`, its own per-row [B] or per-group [Q]
-  arrays that it reads back in `shape`.
+  arrays that it reads back in `shape_advantages`.
 - `rewards`: after the verifier, it may change the rewards the advantage estimator sees
   (an intrinsic bonus before normalisation).
-- `shape`: after rewards and the base advantages, it returns new advantages, per-row loss
+- `shape_advantages`: after rewards and the base advantages, it returns new advantages, per-row loss
   weights (0 drops a row from the update), its new state and metrics.
 
 Explorers run in the order of `config.exploration.methods`, each seeing the plan and the
@@ -120,14 +120,14 @@ class Explorer:
         an intrinsic bonus added before GRPO's normalisation."""
         return rewards
 
-    def shape(self, state, rollouts, advantages, weights, ctx: StepContext) -> Shaped:
+    def shape_advantages(self, state, rollouts, advantages, weights, ctx: StepContext) -> Shaped:
         return Shaped(advantages, weights, state, {})
 
-    def step_shape(self, shape):
-        """The step's sizes with this method on (`rl.footprint.StepShape`), at their
+    def step_sizes(self, sizes):
+        """The step's sizes with this method on (`rl.footprint.StepSizes`), at their
         largest, for the memory estimate made at start: more prompt rows to prefill, longer
         prompts. Default: unchanged."""
-        return shape
+        return sizes
 
 
 def register(name: str):
@@ -189,18 +189,18 @@ def rewards(explorers, states: dict, rollouts, r: np.ndarray, ctx: StepContext) 
     return r
 
 
-def step_shape(explorers, shape):
-    """The step's sizes after every explorer in turn (`Explorer.step_shape`)."""
+def step_sizes(explorers, sizes):
+    """The step's sizes after every explorer in turn (`Explorer.step_sizes`)."""
     for ex in explorers:
-        shape = ex.step_shape(shape)
-    return shape
+        sizes = ex.step_sizes(sizes)
+    return sizes
 
 
-def shape(explorers, states: dict, rollouts, advantages, weights, ctx: StepContext):
+def shape_advantages(explorers, states: dict, rollouts, advantages, weights, ctx: StepContext):
     """(advantages, weights, new states, metrics) after every explorer in turn."""
     states, metrics = dict(states), {}
     for ex in explorers:
-        s = ex.shape(states[ex.name], rollouts, advantages, weights, ctx)
+        s = ex.shape_advantages(states[ex.name], rollouts, advantages, weights, ctx)
         advantages, weights, states[ex.name] = s.advantages, s.weights, s.state
         metrics.update({f"{ex.name}/{k}": v for k, v in s.metrics.items()})
     return advantages, weights, states, metrics

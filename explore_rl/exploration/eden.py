@@ -159,7 +159,7 @@ class EDEN(Explorer):
 
     # ------------------------------------------------------------------ shape
 
-    def shape(self, state, rollouts, advantages, weights, ctx: StepContext) -> Shaped:
+    def shape_advantages(self, state, rollouts, advantages, weights, ctx: StepContext) -> Shaped:
         e = self.settings
         info = rollouts.plan.info[self.name]
         noisy = np.asarray(info["noisy"])

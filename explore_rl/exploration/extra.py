@@ -150,14 +150,14 @@ class ExTra(Explorer):
         }
         return plan.replace(problems=plan.problems[: q - k] + guided, info=info)
 
-    def step_shape(self, shape):
+    def step_sizes(self, sizes):
         """A guided prompt carries a prefix of a response (shorter than one): prompts up to
         a response longer, in the rollout and in the update."""
         if not self.settings.regen:
-            return shape
-        return dataclasses.replace(shape, prompt_len=bucket(shape.prompt_len + shape.new_tokens))
+            return sizes
+        return dataclasses.replace(sizes, prompt_len=bucket(sizes.prompt_len + sizes.new_tokens))
 
-    # ------------------------------------------------------------------ rewards and shape
+    # ------------------------------------------------------------------ rewards, advantages
 
     def rewards(self, state, rollouts, rewards: np.ndarray, ctx: StepContext) -> np.ndarray:
         e = self.settings
@@ -166,7 +166,7 @@ class ExTra(Explorer):
         r_int, _ = self.novelty(state, rollouts, ctx)
         return rewards + e.gamma * r_int.reshape(rewards.shape)
 
-    def shape(self, state, rollouts, advantages, weights, ctx: StepContext) -> Shaped:
+    def shape_advantages(self, state, rollouts, advantages, weights, ctx: StepContext) -> Shaped:
         e = self.settings
         data = dict(state["host"].data)
         guided = np.asarray(rollouts.plan.info[self.name]["guided"])

@@ -20,7 +20,7 @@ import optax
 
 from explore_rl import config as config_lib
 from explore_rl import parallel
-from explore_rl.data import tasks
+from explore_rl.data import jsonl
 from explore_rl.sampling import engine, sampler
 from explore_rl.train import sizing
 
@@ -42,7 +42,7 @@ def load_prompts(config) -> list[tuple[str, str | None]]:
             raise ValueError(f"{s.prompt_file}: not UTF-8 text (byte {e.start})") from None
         return [(line, None) for line in lines[: s.num_prompts]]
     out = []
-    for _, where, row in itertools.islice(tasks.read_rows(s.prompt_file), s.num_prompts):
+    for _, where, row in itertools.islice(jsonl.read_rows(s.prompt_file), s.num_prompts):
         if not isinstance(row, dict):
             raise ValueError(f"{s.prompt_file}: {where}: not a JSON object")
         if s.prompt_field not in row:

@@ -49,7 +49,7 @@ UPDATE = ("gradients", "activations", "backward workspace", "logits")
 
 
 @dataclasses.dataclass(frozen=True)
-class StepShape:
+class StepSizes:
     """The sizes of one training step that memory depends on."""
 
     prompts: int  # prompt rows prefilled per rollout batch
@@ -215,7 +215,7 @@ class _Sizes:
 
 
 def estimate(
-    cfg: ModelConfig, axis_sizes: dict, optimizer, shape: StepShape, reference: bool,
+    cfg: ModelConfig, axis_sizes: dict, optimizer, sizes: StepSizes, reference: bool,
     capacity: tuple[int, str] | None = None,
 ) -> Footprint:  # fmt: skip
     """The terms of one step on a mesh of `axis_sizes` (`dict(mesh.shape)`), from
@@ -225,7 +225,7 @@ def estimate(
     moments = jax.eval_shape(optimizer.init, params)
     p_bytes = per_device_bytes(params, axis_sizes)
     z = _Sizes(cfg, axis_sizes)
-    s, a = shape, z.a
+    s, a = sizes, z.a
     local = lambda name, x: _local(name, x, axis_sizes)  # noqa: E731
     prompts, decode = local("batch", s.prompts), local("batch", s.decode_rows)
     kv_tokens = prompts * s.prompt_len + decode * (

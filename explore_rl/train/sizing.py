@@ -1,7 +1,7 @@
-"""A run's sizes from its spec: the step's shape, its memory estimate, the decode slots
+"""A run's sizes from its spec: the step's sizes, its memory estimate, the decode slots
 `rollout.slots = "auto"` chooses, and the settings that would make a run fit.
 
-    shape = step_shape(spec, longest_prompt, axis_sizes)
+    sizes = step_sizes(spec, longest_prompt, axis_sizes)
     est = estimate(spec, cfg, axis_sizes, optimizer, longest_prompt, explorers)
 
 Everything here is shapes: no weight is read, so a run that cannot fit is refused (with
@@ -20,7 +20,7 @@ from explore_rl.spec import RunSpec, replace
 GIB = footprint.GIB
 
 
-def step_shape(spec: RunSpec, longest_prompt: int, axis_sizes: dict | None = None, length: int = 0):
+def step_sizes(spec: RunSpec, longest_prompt: int, axis_sizes: dict | None = None, length: int = 0):
     """The sizes of one step of config `c` (prompts padded to the longest's bucket) on a
     mesh of `axis_sizes` (the batch shards a token budget's micro-batch is cut for), its
     update's micro-batch at `length` tokens (0: the longest)."""
@@ -37,7 +37,7 @@ def step_shape(spec: RunSpec, longest_prompt: int, axis_sizes: dict | None = Non
         update_prompts = min(per_shard, -(-groups // shards)) * shards
     else:
         update_prompts = max(groups // spec.optim.micro_batches, 1)
-    return footprint.StepShape(
+    return footprint.StepSizes(
         prompts=spec.rollout.prompts,
         decode_rows=n_slots if slotted else rows,
         prompt_len=prompt_len,
@@ -60,7 +60,7 @@ def estimate(spec, cfg, axis_sizes, optimizer, longest_prompt, explorers, capaci
             cfg,
             axis_sizes,
             optimizer,
-            exploration.step_shape(explorers, step_shape(spec, longest_prompt, axis_sizes, n)),
+            exploration.step_sizes(explorers, step_sizes(spec, longest_prompt, axis_sizes, n)),
             bool(spec.loss.kl_coef),
             capacity,
         )  # fmt: skip

@@ -135,7 +135,7 @@ def make_batch(run: Run, progress: Progress, ro, step: int):
     ctx = run.context(params, step)
     rewards = exploration.rewards(run.explorers, progress.explorers, ro, ro.rewards, ctx)
     adv = advantages_lib.ADVANTAGES[s.update.advantage](jnp.asarray(rewards)).reshape(q * g)
-    adv, weights, states, metrics = exploration.shape(
+    adv, weights, states, metrics = exploration.shape_advantages(
         run.explorers, progress.explorers, ro, np.asarray(adv), np.ones(q * g, np.float32), ctx
     )
     batch = Batch(
