@@ -156,7 +156,7 @@ def resolve(c: ConfigDict) -> RunSpec:
     return RunSpec(
         seed=c.seed,
         model=model_settings(c),
-        task=_section(TaskSpec, c.task, name=task_name(c)),
+        task=_section(TaskSpec, c.task, name=task_name(c), own=task_settings(c)),
         reward=RewardSpec(
             rewards.build(rw), extractors(c), rw.format_weight, rw.workers, rw.timeout, rw.memory_mb
         ),  # fmt: skip
@@ -178,6 +178,16 @@ def resolve(c: ConfigDict) -> RunSpec:
         record=json.loads(resolved(c).to_json()),
         wandb=wandb_settings(c),
     )
+
+
+def task_settings(c: ConfigDict):
+    """The task's own settings (`task.<name>`, its defaults where the config has none), or
+    None for a task without any."""
+    name = task_name(c)
+    cls = tasks.settings_of(name)
+    if cls is None:
+        return None
+    return cls(**(c.task[name].to_dict() if name in c.task else {}))
 
 
 def model_settings(c: ConfigDict) -> ModelSpec:

@@ -66,6 +66,7 @@ class TaskSpec:
     template_kwargs: str
     raw_prompt: str
     long_prompts: str
+    own: Any = None  # the task's own settings (`task.<name>`, `tasks.register`), if any
 
 
 @frozen

@@ -160,7 +160,7 @@ def test_the_run_spec_holds_every_field_of_the_run_once():
         "eval": [s.eval], "mesh": [s.mesh], "optim": [s.optim], "rl": [s.update, s.loss],
         "reward": [s.reward],
     }  # fmt: skip
-    derived = {"task.name", "rl.score_temperature", "rl.max_response_len", "reward.fn"}
+    derived = {"task.name", "task.own", "rl.score_temperature", "rl.max_response_len", "reward.fn"}
     for section, typed in homes.items():
         held = {f"{section}.{f.name}": getattr(t, f.name) for t in typed
                 for f in dataclasses.fields(t)}  # fmt: skip

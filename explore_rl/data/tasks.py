@@ -21,7 +21,32 @@ from explore_rl.registry import Registry
 # task may be its own module explore_rl/data/<name>.py. A task that takes `shard` returns
 # only the training problems of the rows that shard owns, each with its `row` (`load`).
 TASKS = Registry("task.name", package="explore_rl.data")
-register, get = TASKS.register, TASKS.get
+get = TASKS.get
+# A task's own knobs, by its name: a frozen dataclass whose defaults make the config
+# section `task.<name>`; the task reads them typed, as `task.own` (`spec.TaskSpec`).
+SETTINGS: dict[str, type] = {}
+
+
+def register(name: str, settings: type | None = None):
+    """Register a task function under `name`, with the settings class of its own knobs."""
+
+    def add(fn):
+        if settings is not None:
+            SETTINGS[name] = settings
+        return TASKS.register(name)(fn)
+
+    return add
+
+
+def settings_of(name: str) -> type | None:
+    """The settings class of task `name` (registered, its module imported), if it has one."""
+    get(name)
+    return SETTINGS.get(name)
+
+
+def defaults(name: str) -> dict:
+    """Task `name`'s own config section, `task.<name>`: its settings' defaults."""
+    return dataclasses.asdict(settings_of(name)())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +79,8 @@ class Problem:
     # datasets): the prompt as written, its own instruction and system message included;
     # `question` is then its last user message (for logs and rewards)
     messages: tuple[tuple[str, str], ...] = ()
+    # a worked answer to imitate (supervised fine-tuning's target), where the task has one
+    solution: str = dataclasses.field(default="", compare=False)
 
     @property
     def id(self) -> str:

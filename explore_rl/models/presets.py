@@ -200,6 +200,22 @@ PRESETS: dict[str, ModelConfig] = {
         max_seq_len=131072,
         rope_llama3_scaling=_LLAMA3_ROPE,
     ),
+    # The lab's model, trained from scratch on synthetic tasks (data/lab.py's tokenizer
+    # gives its vocabulary): about 0.8M parameters, a CPU's size.
+    "lab-1m": ModelConfig(
+        family="llama",
+        vocab_size=32,
+        d_model=128,
+        n_layers=4,
+        n_heads=4,
+        n_kv_heads=4,
+        head_dim=32,
+        d_ff=512,
+        rope_theta=1e4,
+        norm_eps=1e-5,
+        tie_embeddings=True,
+        max_seq_len=256,
+    ),
     # Test sizes: 2 layers, d=32, vocab 64, GQA 4:2.
     "tiny-llama": ModelConfig(
         family="llama",

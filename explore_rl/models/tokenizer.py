@@ -184,6 +184,18 @@ class Tokenizer:
     # ------------------------------------------------------------------------- constructors
 
     @classmethod
+    def character_level(cls, alphabet: str, eos: str = "<eos>", pad: str = "<pad>") -> Tokenizer:
+        """One token a character of `alphabet` (ids after the pad and EOS tokens), for
+        small models trained from scratch on synthetic tasks: a BPE with no merges, so it
+        saves as a standard `tokenizer.json` (`save_hf_folder`) that transformers reads."""
+        chars = list(dict.fromkeys(alphabet))
+        vocab = {t: i for i, t in enumerate([pad, eos, *chars])}
+        backend = HFTokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
+        backend.add_special_tokens([AddedToken(pad, special=True), AddedToken(eos, special=True)])
+        backend.decoder = decoders.Fuse()
+        return cls(backend, None, None, eos, pad)
+
+    @classmethod
     def from_hf_folder(cls, folder: str) -> Tokenizer:
         tj, sp = os.path.join(folder, "tokenizer.json"), os.path.join(folder, "tokenizer.model")
         if os.path.exists(tj):

@@ -9,9 +9,10 @@ DAPO's filter). Named rewards are built from the config's `reward` section:
     def _math(section):          # -> a picklable f(response, problem)
         return functools.partial(math_reward, extractors=...)
 
-A user's function is given as `reward.fn = "package.module:function"`: it must be
-importable by that name (the workers import it), take (response, problem) and return a
-float. It replaces `reward.name`.
+A reward of its own module, `explore_rl/rewards/<name>.py`, is imported on first use (a
+task's reward: `countdown`). A user's function is given as
+`reward.fn = "package.module:function"`: it must be importable by that name (the workers
+import it), take (response, problem) and return a float. It replaces `reward.name`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from explore_rl.rewards import math as math_rewards
 
 Reward = Callable[[str, object], float]
 # `reward.name` -> a builder `reward section -> reward`
-REWARDS = Registry("reward.name")
+REWARDS = Registry("reward.name", package="explore_rl.rewards")
 register = REWARDS.register
 
 

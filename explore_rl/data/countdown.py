@@ -1,0 +1,189 @@
+"""Countdown (Stream of Search, Gandhi et al. 2024, Sec. 3): reach a target from a few
+numbers with + - * /, each number used once, every intermediate result a non-negative
+integer (division only where it is exact), every number used. Many problems have several
+solutions; which one a policy finds is where exploration shows.
+
+A question is the numbers and the target; an answer is one step a line, each combining
+two numbers still available (the inputs and the results so far), the last result the
+target:
+
+    question  "12 34 5 8 -> 57"
+    answer    "34-12=22\\n22+5=27\\n..."
+
+Problems are drawn as the SoS generator draws them (`countdown_generate.py`): inputs
+uniform in [1, max_input], a target uniform in [min_target, max_target], drawn again
+until some solution exists (an exhaustive search over what the numbers make, memoised).
+Each problem's split follows a hash of its question (`tasks.split_of`), so train and test
+never share one, whatever the seed.
+
+`Problem.solution`, the supervised target, is one canonical solution: the first chain
+(((a o b) o c) o d, the running result one operand of each step) without division in a
+fixed search order. Problems that need a division or two separate pairs ((a o b) o (c o d))
+have none: a model fine-tuned on the solutions has seen one strategy, and finds the others
+only by exploring (`family`: "chain" or "other").
+
+    make_countdown(8, seed=0, split="test", settings=Settings(inputs=3))
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import itertools
+import re
+
+import numpy as np
+
+from explore_rl.data.tasks import Problem, register, split_of
+
+_QUESTION = re.compile(r"^\s*((?:\d+ )*\d+) -> (\d+)\s*$")
+_STEP = re.compile(r"^\s*(\d+)\s*([-+*/])\s*(\d+)\s*=\s*(\d+)\s*$")
+SPLITS = ("train", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """`task.countdown`: the difficulty knobs."""
+
+    inputs: int = 4  # numbers per problem (SoS: 4)
+    max_input: int = 20  # inputs uniform in [1, max_input] (SoS: 99)
+    min_target: int = 10  # targets uniform in [min_target, max_target] (SoS: 10-100)
+    max_target: int = 100
+
+    def __post_init__(self):
+        if not 2 <= self.inputs <= 6:
+            raise ValueError(f"config: task.countdown.inputs={self.inputs}: must be in [2, 6]")
+        if self.max_input < 1 or not 0 <= self.min_target <= self.max_target:
+            raise ValueError(
+                f"config: task.countdown needs max_input >= 1 and 0 <= min_target <= "
+                f"max_target, got {self.max_input}, {self.min_target}, {self.max_target}"
+            )
+
+
+def apply(a: int, op: str, b: int) -> int | None:
+    """a op b under the SoS rules: None for a negative result or an inexact division."""
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b if a >= b else None
+    if op == "*":
+        return a * b
+    return a // b if b and a % b == 0 else None
+
+
+@functools.cache
+def reachable(numbers: tuple[int, ...]) -> frozenset[int]:
+    """Every value the (sorted) numbers make, each used once, all of them used."""
+    if len(numbers) == 1:
+        return frozenset(numbers)
+    out = set()
+    for i, j in itertools.combinations(range(len(numbers)), 2):
+        rest = numbers[:i] + numbers[i + 1 : j] + numbers[j + 1 :]
+        for x, y in ((numbers[i], numbers[j]), (numbers[j], numbers[i])):
+            for op in "+-*/":
+                value = apply(x, op, y)
+                if value is not None:
+                    out |= reachable(tuple(sorted((*rest, value))))
+    return frozenset(out)
+
+
+def chain_solution(numbers, target: int) -> list[str] | None:
+    """The first division-free chain reaching `target` (module docstring), as lines."""
+    for order in dict.fromkeys(itertools.permutations(sorted(numbers))):
+        for ops in itertools.product("+-*", repeat=len(order) - 1):
+            lines, acc = [], order[0]
+            for x, op in zip(order[1:], ops):
+                a, b = (x, acc) if op == "-" and x > acc else (acc, x)
+                value = apply(a, op, b)
+                lines.append(f"{a}{op}{b}={value}")
+                acc = value
+            if acc == target:
+                return lines
+    return None
+
+
+def parse_question(question: str) -> tuple[list[int], int]:
+    match = _QUESTION.match(question)
+    if not match:
+        raise ValueError(f"not a countdown question: {question!r}")
+    return [int(x) for x in match.group(1).split()], int(match.group(2))
+
+
+def steps_reach(response: str, numbers, target: int) -> bool:
+    """Whether `response` solves the problem: every non-empty line a step `a op b = c`
+    over two numbers still available with c right, every input used, the last result
+    the target."""
+    available = collections.Counter(numbers)
+    lines = [line for line in response.strip().splitlines() if line.strip()]
+    if len(lines) != len(numbers) - 1:
+        return False
+    for line in lines:
+        match = _STEP.match(line)
+        if not match:
+            return False
+        a, op, b, c = int(match.group(1)), match.group(2), int(match.group(3)), int(match[4])
+        available[a] -= 1
+        available[b] -= 1
+        if available[a] < 0 or available[b] < 0 or apply(a, op, b) != c:
+            return False
+        available[c] += 1
+    return +available == collections.Counter([target])
+
+
+def reward(response: str, problem) -> float:
+    """1 for a response that solves the problem (`steps_reach`), else 0 (SoS's and
+    TinyZero's success, without TinyZero's 0.1 for the format alone)."""
+    return float(steps_reach(response, *parse_question(problem.question)))
+
+
+def solution_key(response: str) -> frozenset:
+    """A solved response up to the order of its lines and of each step's operands where
+    the operation commutes: distinct keys are distinct solutions."""
+    key = []
+    for line in response.strip().splitlines():
+        if match := _STEP.match(line):
+            a, op, b, c = match.groups()
+            key.append((*(sorted((a, b)) if op in "+*" else (a, b)), op, c))
+    return frozenset(collections.Counter(key).items())
+
+
+def make_countdown(n: int, seed: int, split: str, settings: Settings = Settings()) -> list[Problem]:
+    """n distinct solvable problems of `split`, deterministic in (seed, split, settings)."""
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r}: allowed {list(SPLITS)}")
+    s = settings
+    rng = np.random.default_rng([seed, SPLITS.index(split), *dataclasses.astuple(s)])
+    problems, seen = [], set()
+    for _ in range(1000 * n + 1000):
+        if len(problems) == n:
+            return problems
+        numbers = [int(x) for x in rng.integers(1, s.max_input + 1, s.inputs)]
+        target = int(rng.integers(s.min_target, s.max_target + 1))
+        question = f"{' '.join(map(str, numbers))} -> {target}"
+        if question in seen or split_of(question) != split:
+            continue
+        seen.add(question)
+        if target in reachable(tuple(sorted(numbers))):
+            lines = chain_solution(numbers, target)
+            problems.append(Problem(question, str(target), solution="\n".join(lines or ())))
+    raise ValueError(
+        f"countdown: {len(problems)} distinct solvable {split} problems of {n} asked at "
+        f"{s}: widen max_input or the target range"
+    )
+
+
+def family(problem: Problem) -> str:
+    """ "chain" when the problem has a division-free chain solution, else "other"."""
+    return "chain" if problem.solution else "other"
+
+
+@register("countdown", Settings)
+def countdown_task(t, seed: int):
+    """Countdown problems of `task.countdown`'s difficulty: `task.train_size` training
+    and `task.test_size` held-out ones."""
+    s = t.own
+    return (
+        make_countdown(t.train_size, seed, "train", s),
+        {"countdown": make_countdown(t.test_size, seed, "test", s)},
+    )

@@ -1,0 +1,145 @@
+"""Countdown (data/countdown.py): the SoS rules by hand, the verifier against an
+independent check, the generator's problems all solvable and its splits disjoint and
+stable, the canonical solutions all verified, and the task and its reward through a run's
+config."""
+
+import collections
+import fractions
+import itertools
+import re
+
+import pytest
+
+from explore_rl import config as config_lib
+from explore_rl.data import countdown as cd
+from explore_rl.data import tasks
+
+
+def independent_check(response: str, numbers, target) -> bool:
+    """The rules again, in exact fractions and Python's own arithmetic: each line's two
+    operands taken from what is left, its result right, non-negative and whole."""
+    left = collections.Counter(numbers)
+    lines = [x for x in response.splitlines() if x.strip()]
+    for line in lines:
+        match = re.fullmatch(r"(\d+)([-+*/])(\d+)=(\d+)", line.strip())
+        if match is None:
+            return False
+        a, op, b, c = match.groups()
+        a, b, c = int(a), int(b), int(c)
+        if op == "/" and b == 0:
+            return False
+        value = {"+": a + b, "-": a - b, "*": a * b}[op] if op != "/" else fractions.Fraction(a, b)
+        left.subtract([a, b])
+        if min(left.values()) < 0 or value != c or value < 0 or value.denominator != 1:
+            return False
+        left[c] += 1
+    return len(lines) == len(numbers) - 1 and +left == collections.Counter([target])
+
+
+def brute_force_solvable(numbers, target) -> bool:
+    """Every expression tree over the numbers (all used), by exhaustive recursion with
+    fractions, keeping only the SoS-legal ones (no negative, whole intermediates)."""
+    if len(numbers) == 1:
+        return numbers[0] == target
+    for i, j in itertools.permutations(range(len(numbers)), 2):
+        rest = [x for k, x in enumerate(numbers) if k not in (i, j)]
+        a, b = numbers[i], numbers[j]
+        for value in (a + b, a - b, a * b, fractions.Fraction(a, b) if b else -1):
+            if value >= 0 and fractions.Fraction(value).denominator == 1:
+                if brute_force_solvable([*rest, int(value)], target):
+                    return True
+    return False
+
+
+def test_the_rules_by_hand():
+    assert (cd.apply(7, "-", 3), cd.apply(3, "-", 7)) == (4, None)  # no negative result
+    assert (cd.apply(12, "/", 4), cd.apply(12, "/", 5), cd.apply(3, "/", 0)) == (3, None, None)
+    assert cd.reachable((2, 3)) == {1, 5, 6}  # 3-2, 2+3, 2*3; 2-3 and 3/2 are not legal
+    assert cd.reachable((2, 4)) == {2, 6, 8}  # 4-2 = 4/2, 2+4, 2*4
+    numbers, target = [12, 34, 5, 8], 57
+    good = "34-12=22\n22+5=27\n27*8=216"
+    assert not cd.steps_reach(good, numbers, target)  # 216, not 57
+    solved = "34+12=46\n46+5=51\n51+8=59"
+    assert not cd.steps_reach(solved, numbers, target)
+    right = "5+8=13\n34+12=46\n46+13=59"
+    assert cd.steps_reach(right, numbers, 59) and independent_check(right, numbers, 59)
+    for bad, why in [
+        ("5+8=13\n34+12=46\n46+13=60", "arithmetic"),
+        ("5+5=10\n34+12=46\n46+10=56", "a number used twice"),
+        ("5+8=13\n34+12=46", "an input left unused"),
+        ("5+8=13\n34+12=46\n46+13=59\n59-0=59", "a number never given"),
+        ("5-8=-3\n34+12=46\n46+13=59", "a negative step"),
+        ("5+8=13\n34+12=46\nso 46+13=59", "a line that is not a step"),
+        ("", "no answer"),
+    ]:
+        assert not cd.steps_reach(bad, numbers, 59), why
+        assert not independent_check(bad, numbers, 59), why
+    assert cd.steps_reach(" 5 + 8 = 13 \n\n34+12=46\n46+13=59\n", numbers, 59)  # spacing
+
+
+def test_every_problem_is_solvable_and_every_canonical_solution_checks_out():
+    settings = cd.Settings(inputs=4, max_input=12)
+    problems = cd.make_countdown(150, seed=3, split="train", settings=settings)
+    assert len(problems) == 150 and len({p.question for p in problems}) == 150
+    chains = 0
+    for p in problems:
+        numbers, target = cd.parse_question(p.question)
+        assert len(numbers) == 4 and 1 <= min(numbers) <= max(numbers) <= 12
+        assert 10 <= target <= 100 and p.answer == str(target)
+        assert brute_force_solvable(numbers, target), p.question
+        if p.solution:  # the canonical chain: no division, the running result in each step
+            chains += 1
+            assert "/" not in p.solution and cd.reward(p.solution, p) == 1.0
+            assert independent_check(p.solution, numbers, target)
+            assert cd.family(p) == "chain"
+    # the part of the solution space SFT covers on purpose: most problems, not all
+    assert 0.5 < chains / len(problems) < 1.0
+
+
+def test_unsolvable_draws_are_redrawn_not_kept():
+    # with inputs in [1, 2] and targets in [50, 60], three numbers reach at most 8
+    with pytest.raises(ValueError, match="distinct solvable train problems of 5 asked"):
+        cd.make_countdown(5, 0, "train", cd.Settings(inputs=3, max_input=2, min_target=50,
+                                                     max_target=60))  # fmt: skip
+
+
+def test_the_splits_are_disjoint_stable_and_follow_the_seed():
+    s = cd.Settings(inputs=3, max_input=15)
+    train = cd.make_countdown(300, 0, "train", s)
+    test = cd.make_countdown(100, 0, "test", s)
+    assert {p.question for p in train}.isdisjoint(p.question for p in test)
+    assert all(tasks.split_of(p.question) == "test" for p in test)
+    assert cd.make_countdown(100, 0, "test", s) == test  # the same problems on every run
+    assert cd.make_countdown(100, 1, "test", s) != test  # and other ones for another seed
+    # a question's split does not depend on the seed: no seed's training set holds a test
+    # question of another seed
+    other_train = cd.make_countdown(300, 1, "train", s)
+    assert {p.question for p in other_train}.isdisjoint(p.question for p in test)
+
+
+def test_distinct_solutions_are_counted_up_to_order():
+    a = "5+8=13\n34+12=46\n46+13=59"
+    b = "12+34=46\n8+5=13\n13+46=59"  # the same steps, reordered and commuted
+    c = "34-5=29\n29+12=41\n41+8=49"
+    assert cd.solution_key(a) == cd.solution_key(b) != cd.solution_key(c)
+
+
+def test_the_task_and_its_reward_through_the_config():
+    from configs import grpo
+
+    c = grpo.get_config("smoke")
+    c.task.name, c.reward.name = "countdown", "countdown"
+    c.task.train_size, c.task.test_size = 40, 10
+    c.task.countdown = tasks.defaults("countdown")
+    c.task.countdown.inputs = 3
+    spec = config_lib.spec(c)
+    assert spec.task.own == cd.Settings(inputs=3)
+    train, tests = config_lib.load_problems(spec)
+    assert len(train) == 40 and list(tests) == ["countdown"] and len(tests["countdown"]) == 10
+    assert all(len(cd.parse_question(p.question)[0]) == 3 for p in train)
+    solved = next(p for p in train if p.solution)
+    assert spec.reward.fn(solved.solution, solved) == 1.0
+    assert spec.reward.fn("1+1=2", solved) == 0.0
+    c.task.countdown.inputs = 9
+    with pytest.raises(ValueError, match=r"^config: task.countdown.inputs=9: must be in"):
+        config_lib.spec(c)
