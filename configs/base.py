@@ -89,6 +89,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.task.question_field = "question"
     c.task.answer_field = "answer"  # jsonl: reference answer field (e.g. reward_model.ground_truth)
     c.task.answer_from = "field"  # jsonl: field | hash (#### N) | boxed | list
+    c.task.solution_field = ""  # jsonl: a worked response (--mode sft's target); "" = none
     c.task.instruction = " Put the final answer in \\boxed{}."  # appended to a question
     c.task.system_prompt = ""  # chat: a system message before each question; "" = none
     c.task.template_kwargs = ""  # chat: JSON the template reads, e.g. {"enable_thinking": false}
@@ -191,6 +192,12 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.export.step = 0  # the checkpoint step of the run directory; 0 = the newest
     c.export.dtype = ""  # "" = the original checkpoint's | float32 | bfloat16 | float16
     c.export.max_shard_gb = 5.0  # safetensors shards (and an index) past this size
+
+    c.sft = ConfigDict()  # --mode sft: train.*, optim.*, eval.* as for RL, on these examples
+    # (prompt, response) pairs per optimizer step: the task's problems with a solution
+    # (Problem.solution: a generated task's own, or task.solution_field), each prompt as RL
+    # writes it, the response up to rollout.max_new_tokens tokens with EOS (longer: skipped)
+    c.sft.batch_size = 16
 
     c.sample = ConfigDict()  # --mode sample
     c.sample.prompt_file = ""  # text (one prompt a line) or JSONL; "" = the task's test split

@@ -37,6 +37,7 @@ from explore_rl.spec import (
     RewardSpec,
     RolloutSpec,
     RunSpec,
+    SftSpec,
     TaskSpec,
     TrainSpec,
     UpdateSpec,
@@ -171,6 +172,7 @@ def resolve(c: ConfigDict) -> RunSpec:
         mesh=mesh_settings(c),
         train=_section(TrainSpec, c.train),
         eval=_section(EvalSpec, c.eval),
+        sft=_section(SftSpec, c.sft),
         methods=tuple(
             (n, exploration.get(n).Settings(**method_section(c, n).to_dict()))
             for n in c.exploration.methods
@@ -293,6 +295,7 @@ def _check_schedule(c: ConfigDict) -> None:
 def _check_eval_and_reward(c: ConfigDict) -> None:
     e, rw = c.eval, c.reward
     _check(e.samples >= 1, f"eval.samples={e.samples}: need at least 1")
+    _check(c.sft.batch_size >= 1, f"sft.batch_size={c.sft.batch_size}: need at least 1")
     _check(e.batch_prompts >= 1, f"eval.batch_prompts={e.batch_prompts}: need >= 1")
     _check(e.num_prompts >= 0, f"eval.num_prompts={e.num_prompts}: must be >= 0 (0: all)")
     for x in extractors(c):
@@ -316,9 +319,12 @@ def validate_sample(c: ConfigDict) -> None:
 
 def _warn_unread_weights(c: ConfigDict) -> None:
     """A model path whose weights `model.random_init` (the smoke scale's default) leaves
-    unread: said, since the run trains random weights."""
-    if c.model.random_init and c.model.path != weights.EMBEDDED:
-        warnings.warn(  # once a process: `train` validates twice
+    unread: said, since the run trains random weights (a folder with a tokenizer alone,
+    as the lab's, has none to leave)."""
+    path = c.model.path
+    has_weights = os.path.isfile(path) or os.path.isfile(os.path.join(path, "config.json"))
+    if c.model.random_init and path != weights.EMBEDDED and has_weights:
+        warnings.warn(
             f"model.random_init={c.model.random_init!r}: random weights of that shape; of "
             f"model.path={c.model.path} only the tokenizer is read "
             "(--config.model.random_init='' trains its weights)",

@@ -13,7 +13,8 @@ rerunning the same command resumes: `explore_rl/train/loop.py`), `eval` (held-ou
 Pass@k, Maj@n to WORKDIR/eval.json: `modes/eval.py`), `sample` (prints continuations of
 prompts, a file or the task's test questions, and writes them to WORKDIR/samples/:
 `modes/sample.py`), `export` (a run's weights as a Hugging Face folder in WORKDIR:
-`modes/export.py`).
+`modes/export.py`), `sft` (supervised fine-tuning on the task's solutions, with the
+training loop's logs, checkpoints, evaluation and resume: `explore_rl/train/sft.py`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file (configs/*.py[:arg]).", lock_config=True
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (config, samples, ...).")
-_MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "sample", "export"], "What to run.")
+_MODE = flags.DEFINE_enum(
+    "mode", "train", ["train", "sft", "eval", "sample", "export"], "What to run."
+)
 _TRACEBACK = flags.DEFINE_bool(
     "traceback", False, "On bad input (a config value, a file), the full traceback too."
 )
@@ -94,8 +97,8 @@ def _raised_here(e: BaseException) -> bool:
 
 def _run(mode: str, config, workdir: str | None):
     """One module per mode, imported when chosen (export and eval need no trainer)."""
-    if mode == "train" and not workdir:
-        raise app.UsageError("--mode train needs --workdir (checkpoints, metrics, resume)")
+    if mode in ("train", "sft") and not workdir:
+        raise app.UsageError(f"--mode {mode} needs --workdir (checkpoints, metrics, resume)")
     if mode == "sample":
         from explore_rl.modes.sample import run_sample
 
@@ -108,6 +111,10 @@ def _run(mode: str, config, workdir: str | None):
         from explore_rl.modes.eval import run_eval
 
         print(json.dumps(run_eval(config, workdir), indent=2))
+    elif mode == "sft":
+        from explore_rl.train.sft import train_sft
+
+        train_sft(config, workdir)
     else:
         from explore_rl.train.loop import train
 

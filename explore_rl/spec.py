@@ -66,6 +66,7 @@ class TaskSpec:
     template_kwargs: str
     raw_prompt: str
     long_prompts: str
+    solution_field: str
     own: Any = None  # the task's own settings (`task.<name>`, `tasks.register`), if any
 
 
@@ -142,6 +143,13 @@ class EvalSpec:
 
 
 @frozen
+class SftSpec:
+    """`sft.*`: supervised fine-tuning's examples per optimizer step (`--mode sft`)."""
+
+    batch_size: int
+
+
+@frozen
 class MeshSpec:
     data: int
     fsdp: int
@@ -165,6 +173,7 @@ class RunSpec:
     mesh: MeshSpec
     train: TrainSpec
     eval: EvalSpec
+    sft: SftSpec
     methods: tuple[tuple[str, Any], ...]  # (registered name, its Settings), in order
     record: dict = dataclasses.field(compare=False)  # the resolved config: config.json's
     wandb: dict | None = dataclasses.field(compare=False)  # wandb.init's arguments; None: off

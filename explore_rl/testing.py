@@ -46,12 +46,14 @@ def smoke(
     return c
 
 
-def start(c: ConfigDict, workdir: str, verifier):
-    """`build.start` of config `c` as `loop.train` begins it (its spec, explorers and mesh
-    resolved from `c`): for tests that drive a run's steps by hand."""
+def start(c, workdir: str, verifier):
+    """`build.start` of config `c` (or of a run spec already resolved, e.g. `sft.resolve`'s)
+    as `loop.train` begins it, its explorers and mesh resolved too: for tests that drive a
+    run's steps by hand."""
     from explore_rl.exploration import base as exploration
+    from explore_rl.spec import RunSpec
     from explore_rl.train import build
 
-    spec = config_lib.spec(c)
+    spec = c if isinstance(c, RunSpec) else config_lib.spec(c)
     mesh = config_lib.mesh(spec.mesh)
     return build.start(spec, exploration.build(spec), workdir, verifier, mesh)

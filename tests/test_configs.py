@@ -25,6 +25,7 @@ SPECS = {
     + [f"ase.py:{a},{s}" for a in ase.ABLATIONS for s in base.SCALES],
     "extra.py": [f"extra.py:{s}" for s in base.SCALES]
     + [f"extra.py:{v},{s}" for v in extra.VARIANTS for s in base.SCALES],
+    "lab.py": ["lab.py", "lab.py:smoke", "lab.py:sft", "lab.py:sft,smoke"],
     "controls.py": [f"controls.py:{k}" for k in controls.CONTROLS]
     + [f"controls.py:{k},{s}" for k in controls.CONTROLS for s in base.SCALES],
 }
@@ -158,7 +159,7 @@ def test_the_run_spec_holds_every_field_of_the_run_once():
     homes = {
         "model": [s.model], "task": [s.task], "rollout": [s.rollout], "train": [s.train],
         "eval": [s.eval], "mesh": [s.mesh], "optim": [s.optim], "rl": [s.update, s.loss],
-        "reward": [s.reward],
+        "reward": [s.reward], "sft": [s.sft],
     }  # fmt: skip
     derived = {"task.name", "task.own", "rl.score_temperature", "rl.max_response_len", "reward.fn"}
     for section, typed in homes.items():

@@ -310,11 +310,17 @@ def test_named_files_are_read_without_naming_the_jsonl_task(tmp_path):
 def test_weights_a_random_init_leaves_unread_are_said(tmp_path):
     """The smoke scale's `model.random_init` with a model path: its weights are not read."""
     from explore_rl import config as config_lib
+    from explore_rl.data import lab
 
     c = config_lib.load("configs/grpo.py:smoke")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         config_lib.spec(c)  # the embedded model's tokenizer: nothing to say
+    c.model.path = lab.FOLDER  # a tokenizer folder: no weights to leave unread
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        config_lib.spec(c)
+    (tmp_path / "config.json").write_text("{}")  # a checkpoint's folder
     c.model.path = str(tmp_path)
     with pytest.warns(UserWarning, match=f"model.path={tmp_path} only the tokenizer is read"):
         config_lib.spec(c)

@@ -28,6 +28,7 @@ class JsonlSpec:
     # How the reference answer is taken from the answer field: "field" (as is), "hash"
     # (after '####'), "boxed" (last \boxed{}), "list" (first element of a list).
     answer_from: str = "field"
+    solution_field: str = ""  # a worked response (Problem.solution); "" = none
 
 
 JSONL_PRESETS = {
@@ -153,15 +154,17 @@ def read_problems(
                 raise ValueError(f"{path}: {where}: not valid JSON")
             empty.append(f"{where} (not JSON)")
             continue
-        values = [field(row, f) for f in (spec.question_field, spec.answer_field)]
-        for name, value in zip((spec.question_field, spec.answer_field), values):
+        names = [spec.question_field, spec.answer_field, *filter(None, [spec.solution_field])]
+        values = [field(row, f) for f in names]
+        for name, value in zip(names, values):
             if value is _MISSING:
                 fields = sorted(row) if isinstance(row, dict) else type(row).__name__
                 raise ValueError(f"{path}: {where}: no field {name!r} (fields: {fields})")
         question, messages = _question(values[0])
         answer = _reference(values[1], spec.answer_from)
         if question and answer:
-            problems.append(Problem(question, answer, row=i, messages=messages))
+            solution = str(values[2]) if spec.solution_field else ""
+            problems.append(Problem(question, answer, row=i, messages=messages, solution=solution))
         else:
             empty.append(where)
     if empty and strict:
@@ -237,6 +240,7 @@ def jsonl_task(t, seed: int, shard: Shard = WHOLE):
     or `train_path` is given). Of the training file, the rows of `shard`; the test sets
     whole."""
     spec = JSONL_PRESETS.get(t.preset) or JsonlSpec(t.question_field, t.answer_field, t.answer_from)
+    spec = dataclasses.replace(spec, solution_field=t.solution_field)
     train_path, test_paths = t.train_path, t.test_paths
     if t.preset and not (train_path and test_paths):  # the preset's own files fill the gaps
         preset_train, preset_test = preset_paths(t.preset)

@@ -45,8 +45,12 @@ TOKENIZER_FILES = (
 
 
 def source_dtype(folder: str) -> str:
-    """The dtype the original checkpoint was saved in (config.json), float32 if unknown."""
-    with open(os.path.join(folder, "config.json")) as f:
+    """The dtype the original checkpoint was saved in (config.json), float32 if unknown (a
+    random-init model of a tokenizer folder: the lab's)."""
+    path = os.path.join(folder, "config.json")
+    if not os.path.isfile(path):
+        return "float32"
+    with open(path) as f:
         hf = json.load(f)
     dtype = hf.get("torch_dtype") or hf.get("dtype") or "float32"
     return dtype if dtype in ("float32", "bfloat16", "float16") else "float32"

@@ -140,6 +140,14 @@ def gspo(x: LossInputs, c: LossConfig):
     return loss, low, high
 
 
+@register("nll")
+def nll(x: LossInputs, c: LossConfig):
+    """-log pi_theta(y_t): supervised fine-tuning's loss on the given response tokens
+    (the ratio and the advantages play no part; nothing is clipped)."""
+    none = jnp.zeros_like(x.mask)
+    return -x.logp, none, none
+
+
 def kl_k1(logp, ref_logp):
     """log pi_theta - log pi_ref (Schulman 2020, "Approximating KL divergence", k1)."""
     return logp - ref_logp

@@ -35,14 +35,30 @@ def train(c, workdir: str):
     """The run of config `c` in `workdir`: its spec and explorers resolved and checked
     before the work directory is made or locked."""
     spec = config_lib.spec(c)
-    explorers = exploration.build(spec)
+    return run(spec, exploration.build(spec), workdir, rl_step)
+
+
+def rl_step(run_, progress, step: int):
+    """One GRPO step (`steps.train_one_step`): (progress, metrics, the rollouts to log)."""
+    progress, metrics, ro = train_one_step(run_, progress, step)
+    return progress, metrics, _samples(ro, run_.tok, run_.spec.train.samples_to_log)
+
+
+def run(spec: RunSpec, explorers: list, workdir: str, step_fn):
+    """The loop of `spec` in `workdir` with `step_fn(run, progress, step) -> (progress,
+    metrics, samples)` a step (GRPO's `rl_step`, supervised fine-tuning's `sft.SftStep`):
+    logs, checkpoints, evaluations, resume and stop signals are the same for both."""
     mesh = config_lib.mesh(spec.mesh)
     with (
         checkpoint_lib.only_writer(workdir, take=parallel.is_main_process()),
         config_lib.verifier(spec.reward) as verifier,
         parallel.use(mesh),
     ):
-        return _train(spec, explorers, workdir, verifier, mesh)
+        return _train(spec, explorers, workdir, verifier, mesh, step_fn)
+
+
+# what the progress bar shows of a step's metrics, where the step has them
+PROGRESS = ("reward/mean", "groups/zero_adv_frac", "train/loss")
 
 
 class Preempted(SystemExit):
@@ -78,7 +94,7 @@ class _StopSignals:
             signal.signal(sig, handler)
 
 
-def _train(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mesh: Mesh):
+def _train(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mesh: Mesh, step_fn):
     run, progress, ckpt = start(spec, explorers, workdir, verifier, mesh)
     t = spec.train
     start_step = ckpt.latest_step() or 0
@@ -99,18 +115,16 @@ def _train(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mes
         logger.log(0, run_evaluation(run, progress.state.params, progress.explorers, 0))
     with _StopSignals() as stop:
         for step in bar:
-            progress, metrics, ro = train_one_step(run, progress, step)
+            progress, metrics, samples = step_fn(run, progress, step)
             cut = not _evaluate_if_due(run, progress, step + 1, metrics, stop)
             if (step + 1) % t.log_every == 0 or step + 1 == t.steps:
-                logger.log(step + 1, metrics, _samples(ro, run.tok, t.samples_to_log))
+                logger.log(step + 1, metrics, samples)
             due = (step + 1) % t.checkpoint_every == 0 or step + 1 == t.steps
             best = metrics[t.best_metric] if ckpt.improves(metrics) else None
             if due or best is not None or stop.received is not None:
                 ckpt.save(step + 1, progress, force=not due, best=best)
             bar.set_postfix(
-                reward=f"{metrics['reward/mean']:.3f}",
-                zero_adv=f"{metrics['groups/zero_adv_frac']:.2f}",
-                loss=f"{metrics['train/loss']:.4f}",
+                {k.split("/")[-1]: f"{metrics[k]:.3f}" for k in PROGRESS if k in metrics}
             )
             now = int(progress.state.skipped)
             # per step, the count of skipped updates is known, not their order: a step that
@@ -160,8 +174,8 @@ def _stopped(signum: int, step: int, cut: bool, workdir: str) -> str:
 
 
 def _summary(workdir: str, start_step: int, steps: int, metrics: dict | None) -> str:
-    """The run's last line: its last step's reward and held-out results, or that a rerun
-    of a finished run had nothing to train."""
+    """The run's last line: its last step's reward (or loss) and held-out results, or that
+    a rerun of a finished run had nothing to train."""
     if metrics is None:
         return (
             f"{workdir}: finished at step {start_step} (train.steps={steps}): nothing to "
@@ -170,8 +184,8 @@ def _summary(workdir: str, start_step: int, steps: int, metrics: dict | None) ->
     ks = sorted(int(k.rsplit("@", 1)[1]) for k in metrics if k.startswith("eval/average/pass@"))
     pass_at = [f"eval/average/pass@{k}" for k in ks[:1] + ks[-1:]]  # Pass@1 and Pass@n
     held_out = {k: metrics[k] for k in pass_at}
-    said = ", ".join(f"{k} {v:.3f}" for k, v in {"reward/mean": metrics["reward/mean"],
-                     **held_out}.items())  # fmt: skip
+    headline = next(k for k in ("reward/mean", "train/loss") if k in metrics)
+    said = ", ".join(f"{k} {v:.3f}" for k, v in {headline: metrics[headline], **held_out}.items())
     return f"done: {steps} steps in {workdir}; step {steps}: {said}"
 
 

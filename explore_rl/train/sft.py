@@ -1,0 +1,145 @@
+"""`--mode sft`: supervised fine-tuning on (prompt, response) pairs, with GRPO's loop.
+
+    python -m explore_rl.main --mode sft --config configs/lab.py:sft --workdir runs/sft
+
+The examples are the task's problems that have a solution (`Problem.solution`: a
+generated task's own, or `task.solution_field` of a dataset file); each prompt is written
+as RL writes it (chat template or `task.raw_prompt`), the response is the solution and
+EOS, at most `rollout.max_new_tokens` tokens (longer ones are skipped, counted at start).
+The loss is the mean negative log-likelihood of the response tokens of a batch (policy
+loss `nll`, `token_mean`: the prompt is context only), `sft.batch_size` examples an
+optimizer step, cut into `optim.micro_batches` as RL's updates are. The loop is GRPO's
+(`loop.run`): the data stream (one seeded shuffle an epoch), logs, checkpoints, the
+held-out evaluation (Pass@k as for RL), resume and stop signals are the same, so a rerun of
+the command continues exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from explore_rl import config as config_lib
+from explore_rl import parallel
+from explore_rl.data import sharded
+from explore_rl.rl import rollout as rollout_lib
+from explore_rl.rl.losses import LossConfig
+from explore_rl.rl.train_step import Batch
+from explore_rl.spec import RunSpec, replace
+from explore_rl.train import loop, steps
+from explore_rl.train.build import Progress, Run, placed
+
+
+def resolve(c) -> RunSpec:
+    """Config `c`'s run spec as supervised fine-tuning runs it: `sft.batch_size` prompts of
+    one response each, one optimizer pass a batch (the update's micro-batches checked
+    against it, not against the RL batch), the loss the responses' NLL; the memory
+    estimate and the update both read it."""
+    c = copy.deepcopy(c)
+    c.rollout.prompts, c.rl.minibatches, c.rl.ppo_epochs = c.sft.batch_size, 1, 1
+    spec = replace(config_lib.spec(c), **{"rollout.group_size": 1})
+    nll = LossConfig(policy="nll", aggregation="token_mean", max_response_len=0)
+    return dataclasses.replace(spec, loss=nll)
+
+
+def train_sft(c, workdir: str):
+    """The supervised run of config `c` in `workdir` (rerun to resume)."""
+    return loop.run(resolve(c), [], workdir, SftStep())
+
+
+@dataclasses.dataclass(frozen=True)
+class Examples:
+    """The problems with a solution that fits, and their response tokens (each with EOS)."""
+
+    problems: list
+    responses: list[list[int]]
+
+
+def examples(run: Run) -> Examples:
+    """The run's training examples (module docstring); the count of problems without a
+    solution, or with one longer than the limit, said."""
+    tok, limit = run.tok, run.spec.rollout.max_new_tokens
+    problems, responses, unsolved, long = [], [], 0, 0
+    for p in sharded.take(run.train_set, range(len(run.train_set))):
+        ids = tok.encode(p.solution) + [tok.eos_id]
+        unsolved, long = unsolved + (not p.solution), long + (bool(p.solution) and len(ids) > limit)
+        if p.solution and len(ids) <= limit:
+            problems.append(p)
+            responses.append(ids)
+    if not problems:
+        raise ValueError(
+            f"--mode sft: none of the {len(run.train_set)} training problems has a solution of "
+            f"at most rollout.max_new_tokens={limit} tokens (task.solution_field for a file)"
+        )
+    if unsolved or long:
+        logging.warning("sft: %d examples; skipped %d problems without a solution and %d with "
+                        "one over %d tokens", len(problems), unsolved, long, limit)  # fmt: skip
+    return Examples(problems, responses)
+
+
+def make_batch(run: Run, ex: Examples, indices) -> Batch:
+    """The update's batch of examples `indices`: prompts left-padded as RL's, responses
+    right-padded to `rollout.max_new_tokens`, every row weighted 1."""
+    problems = [ex.problems[i] for i in indices]
+    prompts, prompt_mask = rollout_lib.encode(
+        run.tok, problems, run.settings.prompt, run.settings.max_prompt_len
+    )
+    t, rows = run.spec.rollout.max_new_tokens, [ex.responses[i] for i in indices]
+    tokens = np.full((len(rows), t), run.tok.pad_id, np.int32)
+    mask = np.zeros((len(rows), t), bool)
+    for r, ids in enumerate(rows):
+        tokens[r, : len(ids)], mask[r, : len(ids)] = ids, True
+    zeros = jnp.zeros((len(rows), t), jnp.float32)
+    return Batch(
+        prompts=jnp.asarray(prompts), prompt_mask=jnp.asarray(prompt_mask),
+        tokens=jnp.asarray(tokens), mask=jnp.asarray(mask),
+        advantages=jnp.ones(len(rows), jnp.float32), behaviour_logp=zeros, old_logp=zeros,
+        weights=jnp.ones(len(rows), jnp.float32),
+    )  # fmt: skip
+
+
+class SftStep:
+    """The loop's step (`loop.run`), its examples made at the first step of a run."""
+
+    def __init__(self):
+        self._examples: Examples | None = None
+
+    def __call__(self, run: Run, progress: Progress, step: int):
+        if self._examples is None:
+            self._examples = examples(run)
+        return sft_step(run, self._examples, progress)
+
+
+def sft_step(run: Run, ex: Examples, progress: Progress):
+    """One optimizer step on the next `sft.batch_size` examples of the stream:
+    (progress, metrics, the examples to log)."""
+    t0 = time.perf_counter()
+    n, position = run.spec.sft.batch_size, int(progress.data_position)
+    order = steps.stream(list(range(len(ex.problems))), run.spec.seed, position, n)
+    batch = make_batch(run, ex, order)
+    lengths = np.asarray(batch.mask).sum(axis=1).reshape(n, 1)
+    if run.mesh is not None:
+        batch = parallel.shard_batch(batch, run.mesh)
+    state, metrics = steps.update(progress.state, batch, run.cfg, run.spec, run.optimizer, lengths)
+    jax.block_until_ready(state.params)
+    seconds = time.perf_counter() - t0
+    tokens = int(lengths.sum())
+    metrics = {
+        **metrics,
+        "sft/response_len": float(lengths.mean()),
+        "sft/epoch": (position + n) / len(ex.problems),
+        "time/update_s": seconds,
+        "perf/tokens_per_s": tokens / seconds,
+    }
+    progress = Progress(state, jnp.asarray(position + n, jnp.int32), progress.explorers)
+    if run.mesh is not None:
+        progress = placed(progress, run.mesh)
+    logged = [{"question": ex.problems[i].question, "response": ex.problems[i].solution}
+              for i in order[: run.spec.train.samples_to_log]]  # fmt: skip
+    return progress, metrics, logged
