@@ -386,7 +386,7 @@ def test_work_directories_and_checkpoints_of_another_run_are_refused(existing_ru
         loop.train(c, str(existing_run))
     c = grpo.get_config("smoke")
     c.rollout.slots, c.rollout.decode_chunk = 3, 2  # how rollouts are scheduled: resumable
-    build.check_same_run(c, str(existing_run))
+    build.check_same_run(config_lib.spec(c), str(existing_run))
     c = grpo.get_config("smoke")
     c.model.random_init = "tiny-qwen2"
     c.eval.checkpoint = str(existing_run)
