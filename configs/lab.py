@@ -53,3 +53,7 @@ def get_config(arg: str | None = None):
     else:
         c.task.train_size, c.task.test_size = 20000, 512
     return c
+
+
+def get_sweep(hyper):
+    return hyper.product([hyper.sweep("config.seed", [0, 1, 2, 3, 4])])

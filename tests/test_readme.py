@@ -171,16 +171,18 @@ def _option(words: list[str], name: str) -> str | None:
 
 
 def trains(words: list[str]) -> str | None:
-    """The run directory a README training command writes (None for any other command)."""
-    if words[1:3] != ["-m", "explore_rl.main"] or _option(words, "--mode") not in (None, "train"):
+    """The folder a README command writes that another reads: a training or SFT run's
+    directory, or an export's model folder (None for any other command)."""
+    writers = (None, "train", "sft", "export")
+    if words[1:3] != ["-m", "explore_rl.main"] or _option(words, "--mode") not in writers:
         return None
     return _option(words, "--workdir")
 
 
 def reads(words: list[str]) -> list[str]:
     """The run directories a README command reads: a checkpoint it evaluates or exports,
-    or the comparison folder's runs."""
-    found = [_option(words, "--config.eval.checkpoint")]
+    a model folder it starts from, or the comparison folder's runs."""
+    found = [_option(words, "--config.eval.checkpoint"), _option(words, "--config.model.path")]
     if "runs/cmp/*" in words:
         found += list(CMP.values())
     return [r for r in found if r and r.startswith("runs/")]
@@ -207,10 +209,13 @@ def _check(command, done):
 
 def _trained(run: str, user_folder, hf_folder) -> None:
     """The README's run `run` (e.g. runs/demo), trained by its own README command unless
-    an earlier command already did: each command passes when it runs alone too."""
-    if (user_folder / run / "checkpoints").exists():
+    an earlier command already did (and what that command reads, first): each command
+    passes when it runs alone too."""
+    if (user_folder / run / "config.json").exists():
         return
     writer = next(c for c in COMMANDS if trains(c) == run)
+    for earlier in reads(writer):
+        _trained(earlier, user_folder, hf_folder)
     _check(*_run(writer, user_folder, hf_folder))
 
 
