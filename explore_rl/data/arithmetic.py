@@ -17,10 +17,9 @@ import operator
 
 import numpy as np
 
-from explore_rl.data.tasks import Problem, register, split_of
+from explore_rl.data.tasks import SPLITS, Problem, register, split_of
 
 _OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
-_SPLITS = ("train", "test")
 
 
 def _operand(rng: np.random.Generator, min_digits: int, max_digits: int) -> int:
@@ -46,8 +45,8 @@ def make_arithmetic(
         raise ValueError(f"style={style!r}: allowed expression, word")
     if style == "word" and num_operands != 2:
         raise ValueError(f"style='word' takes num_operands=2, got {num_operands}")
-    if split not in _SPLITS:
-        raise ValueError(f"split={split!r}: allowed {sorted(_SPLITS)}")
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r}: allowed {sorted(SPLITS)}")
     if not ops or set(ops) - set(_OPS):
         raise ValueError(f"ops={ops!r}: use characters from {''.join(_OPS)}")
     if not 1 <= min_digits <= max_digits:

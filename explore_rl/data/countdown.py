@@ -35,11 +35,10 @@ import re
 
 import numpy as np
 
-from explore_rl.data.tasks import Problem, register, split_of
+from explore_rl.data.tasks import SPLITS, Problem, register, split_of
 
 _QUESTION = re.compile(r"^\s*((?:\d+ )*\d+) -> (\d+)\s*$")
 _STEP = re.compile(r"^\s*(\d+)\s*([-+*/])\s*(\d+)\s*=\s*(\d+)\s*$")
-SPLITS = ("train", "test")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,9 +23,8 @@ import re
 
 import numpy as np
 
-from explore_rl.data.tasks import Problem, register, split_of
+from explore_rl.data.tasks import SPLITS, Problem, register, split_of
 
-SPLITS = ("train", "test")
 _STEP = re.compile(r"^\s*(\d+)\s*([-+*])\s*(\d+)\s*=\s*(\d+)\s*$")
 _TOKEN = re.compile(r"\d+|[-+*()]")
 
