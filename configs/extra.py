@@ -32,6 +32,8 @@ def get_config(arg: str | None = None):
         c.rollout.max_new_tokens = 16
     elif scale == "demo":  # 32-token answers: cuts 4 tokens apart, regeneration from step 3
         e.warmup, e.min_gap = 3, 4
+    elif scale == "lab":  # Countdown: a step a line, cuts at line breaks 4 tokens apart
+        e.min_gap = 4  # the rest ExTra's (warm-up 30 steps of the 300)
     else:  # ExTra paper, Sec. 5 and App. B
         c.model.path = "models/Qwen3-1.7B"  # Sec. 5: Qwen3-1.7B (and Nemotron-1.5B)
         c.task.train_path = "data/math_dapo.jsonl"  # Sec. 5: MATH-DAPO

@@ -6,7 +6,7 @@
         --config.model.path=/models/Qwen2.5-Math-1.5B --config.task.train_path=train.jsonl
 """
 
-from configs import base
+from configs import base, lab
 
 
 def get_config(arg: str | None = None):
@@ -32,6 +32,8 @@ def get_config(arg: str | None = None):
         c.train.steps, c.train.checkpoint_every, c.train.eval_every = 12, 6, 6
         c.task.test_size, c.eval.samples, c.eval.max_new_tokens = 32, 4, 32
         c.eval.num_prompts = 64  # a preset's test set capped (GSM8K has 1,319 questions)
+    elif arg == "lab":  # the exploration lab: every method's `lab` scale starts from it
+        c = lab.get_config("demo")
     elif arg == "paper":  # EDEN's GRPO baseline (EDEN paper) on Qwen2.5-Math-1.5B
         # Each value's source; "ours" where EDEN paper does not state it.
         c.model.path = "models/Qwen2.5-Math-1.5B"  # EDEN paper: the math model of its tables

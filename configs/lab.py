@@ -22,36 +22,40 @@ from explore_rl.data import lab, tasks
 
 def get_config(arg: str | None = None):
     variant, scale = base.parse_arg(arg, "lab.py", variants=("sft",))
-    if scale == "paper":
-        raise ValueError("configs/lab.py:paper: the lab's scales are smoke and demo")
+    if scale not in ("smoke", "demo", "lab"):  # lab: demo (configs/<method>.py:lab are it)
+        raise ValueError(f"configs/lab.py:{arg}: the lab's scales are smoke and demo")
     c = base.get_config()
     c.model.path, c.model.random_init = lab.FOLDER, "lab-1m"  # random weights: SFT's start
-    c.task.name, c.reward.name = "countdown", "countdown"
+    # the fixed splits: data/countdown/ (data/lab.py writes them); task.name=countdown draws
+    # problems of other difficulties (task.countdown.*) in code instead
+    c.task.name, c.task.preset, c.reward.name = "jsonl", "countdown", "countdown"
     c.task.countdown = tasks.defaults("countdown")
     c.task.multistep = tasks.defaults("multistep")
     c.task.instruction, c.task.raw_prompt = "", "{question}\n"  # no chat: the lab's vocabulary
-    c.rollout.max_prompt_len, c.rollout.max_new_tokens = 32, 48
+    # questions of at most 19 tokens; canonical solutions of at most 32 with EOS (SFT's)
+    c.rollout.max_prompt_len, c.rollout.max_new_tokens = 24, 64
     c.rollout.prompts, c.rollout.group_size = 16, 8
     c.eval.samples, c.eval.temperature, c.eval.top_p = 8, 1.0, 1.0
-    c.eval.max_new_tokens, c.eval.batch_prompts = 48, 64
+    c.eval.max_new_tokens, c.eval.batch_prompts = 64, 64
     c.reward.workers = 1
     c.train.checkpoint_every, c.train.samples_to_log = 100, 2
     if variant == "sft":
-        c.sft.batch_size = 64
+        c.sft.batch_size, c.rollout.max_new_tokens = 64, 32
         c.optim.lr, c.optim.warmup_steps, c.optim.weight_decay = 3e-3, 20, 0.0
         c.train.steps, c.train.eval_every = 2000, 500
     else:
-        c.model.random_init = ""  # model.path: the SFT run's export
+        # the base model: the sft variant's run on this run's task, once per machine
+        c.model.base = f"configs/lab.py:sft,{'smoke' if scale == 'smoke' else 'demo'}"
         c.optim.lr = 1e-5
         c.train.steps, c.train.eval_every = 300, 50
+    # task.name=countdown: as many problems as the files hold
+    c.task.train_size, c.task.test_size = lab.SPLIT_SIZES["train"], lab.SPLIT_SIZES["test"]
     if scale == "smoke":
-        c.task.train_size, c.task.test_size = 256, 16
+        c.eval.num_prompts = 16
         c.sft.batch_size, c.rollout.prompts, c.rollout.group_size = 8, 2, 4
         c.rollout.max_new_tokens = c.eval.max_new_tokens = 24
         c.eval.samples, c.eval.batch_prompts = 2, 16
         c.train.steps, c.train.eval_every, c.train.checkpoint_every = 2, 2, 2
-    else:
-        c.task.train_size, c.task.test_size = 20000, 512
     return c
 
 

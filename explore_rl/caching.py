@@ -7,6 +7,9 @@ process on the machine (tests, sweeps, notebooks):
   JAX version and device) compiles once per machine; later processes load it.
 - `gguf/<sha256>/`: a GGUF file converted once to an HF folder (dequantized float32
   safetensors, config.json, tokenizer.json); later loads memory-map it.
+- `base/<recipe>/`: a supervised run's final weights as an HF folder, a run's starting
+  point (`train.base_model`).
+- `digests/`: each file's sha256 (`file_digest`), remembered per path, size and mtime.
 
 Where: `$EXPLORE_RL_CACHE_DIR`, else `$XDG_CACHE_HOME/explore_rl`, else
 `~/.cache/explore_rl`. JAX's own `JAX_COMPILATION_CACHE_DIR`, when set, wins for `xla/`.
@@ -15,6 +18,7 @@ Deleting the folder is always safe.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -65,3 +69,23 @@ def build_once(final: str, build: Callable[[str], None]) -> str:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def file_digest(path: str) -> str:
+    """The file's sha256, computed once per (path, size, mtime) and remembered in the cache:
+    hashing a 4 GB GGUF or a big dataset at every start would cost seconds."""
+    st = os.stat(path)
+    key = hashlib.sha1(f"{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}".encode())
+    memo = cache_dir("digests", key.hexdigest())
+    if os.path.exists(memo):
+        with open(memo) as f:
+            return f.read().strip()
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            h.update(chunk)
+    os.makedirs(os.path.dirname(memo), exist_ok=True)
+    with open(memo + ".tmp", "w") as f:
+        f.write(h.hexdigest())
+    os.replace(memo + ".tmp", memo)
+    return h.hexdigest()

@@ -19,7 +19,7 @@ import warnings
 from ml_collections import ConfigDict
 
 import configs
-from explore_rl import logs, parallel
+from explore_rl import caching, logs, parallel
 from explore_rl.data import jsonl, tasks
 from explore_rl.exploration import base as exploration
 from explore_rl.models import weights
@@ -147,6 +147,10 @@ def spec(c: ConfigDict) -> RunSpec:
     validate(c)
     out = resolve(c)
     exploration.check(out)
+    if out.task.name == "jsonl":  # the data read, by content: a resume of other data is refused
+        train, test = jsonl.files(out.task)
+        named = [p for p in (train, *test) if p and os.path.isfile(p)]  # folders: by name only
+        out.record["task"]["digests"] = {p: caching.file_digest(p) for p in named}
     return out
 
 
@@ -343,6 +347,14 @@ def _check_paths(c: ConfigDict) -> None:
     ]
     for key, path in named:
         _check(not path or os.path.exists(path), f"{key}={path}: no such file or folder")
+    _check(
+        not c.model.base or os.path.isfile(os.path.join(c.model.path, RECIPE_FILE)),
+        f"model.base={c.model.base}: not built (model.path={c.model.path} is not its folder): "
+        "c = train.base_model.resolve(c) first (the command line does)",
+    )
+
+
+RECIPE_FILE = "recipe.json"  # a base model folder's SFT config (`train.base_model`)
 
 
 def extractors(c: ConfigDict) -> tuple[str, ...]:

@@ -99,6 +99,10 @@ def _run(mode: str, config, workdir: str | None):
     """One module per mode, imported when chosen (export and eval need no trainer)."""
     if mode in ("train", "sft") and not workdir:
         raise app.UsageError(f"--mode {mode} needs --workdir (checkpoints, metrics, resume)")
+    if mode != "sft":  # every other mode reads the model a `model.base` recipe makes
+        from explore_rl.train import base_model
+
+        config = base_model.resolve(config)
     if mode == "sample":
         from explore_rl.modes.sample import run_sample
 

@@ -35,6 +35,7 @@ class ModelSpec:
 
     path: str
     random_init: str
+    base: str  # the SFT config `path` was built from (`train.base_model`), or ""
     param_dtype: str
     dtype: str
     attention: str

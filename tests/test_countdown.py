@@ -135,6 +135,11 @@ def test_the_task_and_its_reward_through_the_config():
     spec = config_lib.spec(c)
     assert spec.task.own == cd.Settings(inputs=3)
     train, tests = config_lib.load_problems(spec)
+    # the problems follow task.countdown.problems_seed, not the run's seed: one split a study
+    c.seed = 5
+    assert config_lib.load_problems(config_lib.spec(c)) == (train, tests)
+    c.task.countdown.problems_seed = 1
+    assert config_lib.load_problems(config_lib.spec(c))[1] != tests
     assert len(train) == 40 and list(tests) == ["countdown"] and len(tests["countdown"]) == 10
     assert all(len(cd.parse_question(p.question)[0]) == 3 for p in train)
     solved = next(p for p in train if p.solution)

@@ -83,6 +83,11 @@ def test_the_task_and_its_reward_through_the_config():
     c.task.multistep.max_ops = 3
     spec = config_lib.spec(c)
     train, tests = config_lib.load_problems(spec)
+    # the problems follow task.multistep.problems_seed, not the run's seed: one split a study
+    c.seed = 5
+    assert config_lib.load_problems(config_lib.spec(c)) == (train, tests)
+    c.task.multistep.problems_seed = 1
+    assert config_lib.load_problems(config_lib.spec(c))[1] != tests
     assert len(train) == 30 and len(tests["multistep"]) == 10
     assert all(p.solution and spec.reward.fn(p.solution, p) == 1.0 for p in train)
     c.task.multistep.ops = "+/"

@@ -5,6 +5,7 @@
     python -m explore_rl.bench step
     python -m explore_rl.bench startup
     python -m explore_rl.bench memory [--config configs/grpo.py:demo] [--steps 2]
+    python -m explore_rl.bench lab [--set task.countdown.inputs=3]
     python -m explore_rl.bench {scale,engine,long,fit} ...
 
 One module per benchmark (its docstring says what it measures and how): `HELP`, its
@@ -24,7 +25,7 @@ import platform
 
 import jax
 
-from explore_rl.bench import engine, fit, forward, long, memory, sample, scale, startup, step
+from explore_rl.bench import engine, fit, forward, lab, long, memory, sample, scale, startup, step
 
 BENCHES = {
     "forward": forward,
@@ -36,6 +37,7 @@ BENCHES = {
     "memory": memory,
     "long": long,
     "fit": fit,
+    "lab": lab,
 }
 
 

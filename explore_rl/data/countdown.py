@@ -49,6 +49,8 @@ class Settings:
     max_input: int = 20  # inputs uniform in [1, max_input] (SoS: 99)
     min_target: int = 10  # targets uniform in [min_target, max_target] (SoS: 10-100)
     max_target: int = 100
+    # the problems' draw, not the run's seed: every seed and method of a study sees one split
+    problems_seed: int = 0
 
     def __post_init__(self):
         if not 2 <= self.inputs <= 6:
@@ -181,8 +183,9 @@ def family(problem: Problem) -> str:
 def countdown_task(t, seed: int):
     """Countdown problems of `task.countdown`'s difficulty: `task.train_size` training
     and `task.test_size` held-out ones."""
+    del seed  # the run's: the problems follow `problems_seed`
     s = t.own
     return (
-        make_countdown(t.train_size, seed, "train", s),
-        {"countdown": make_countdown(t.test_size, seed, "test", s)},
+        make_countdown(t.train_size, s.problems_seed, "train", s),
+        {"countdown": make_countdown(t.test_size, s.problems_seed, "test", s)},
     )

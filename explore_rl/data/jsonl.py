@@ -39,6 +39,8 @@ JSONL_PRESETS = {
     "minerva_math": JsonlSpec("problem", "solution", "boxed"),
     "olympiadbench": JsonlSpec("question", "final_answer", "list"),
     "gaokao2023en": JsonlSpec("question", "answer"),
+    # the lab's fixed Countdown splits (data/lab.py writes them), with SFT's solutions
+    "countdown": JsonlSpec("question", "answer", solution_field="solution"),
 }
 
 
@@ -230,6 +232,16 @@ def preset_paths(preset: str) -> tuple[str, str]:
     return (train if os.path.isfile(train) else ""), test
 
 
+def files(t) -> tuple[str, list[str]]:
+    """(training file or "", test files) the task section names: its own, the gaps filled
+    by its preset's."""
+    train_path, test_paths = t.train_path, t.test_paths
+    if t.preset and not (train_path and test_paths):  # the preset's own files fill the gaps
+        preset_train, preset_test = preset_paths(t.preset)
+        train_path, test_paths = train_path or preset_train, test_paths or preset_test
+    return train_path, [p.strip() for p in test_paths.split(",") if p.strip()]
+
+
 @register("jsonl")
 def jsonl_task(t, seed: int, shard: Shard = WHOLE):
     """Problems from dataset files (JSONL, JSON array, Parquet, `datasets` folder):
@@ -240,13 +252,10 @@ def jsonl_task(t, seed: int, shard: Shard = WHOLE):
     or `train_path` is given). Of the training file, the rows of `shard`; the test sets
     whole."""
     spec = JSONL_PRESETS.get(t.preset) or JsonlSpec(t.question_field, t.answer_field, t.answer_from)
-    spec = dataclasses.replace(spec, solution_field=t.solution_field)
-    train_path, test_paths = t.train_path, t.test_paths
-    if t.preset and not (train_path and test_paths):  # the preset's own files fill the gaps
-        preset_train, preset_test = preset_paths(t.preset)
-        train_path, test_paths = train_path or preset_train, test_paths or preset_test
+    spec = dataclasses.replace(spec, solution_field=t.solution_field or spec.solution_field)
+    train_path, test_paths = files(t)
     test = {}
-    for path in filter(None, (p.strip() for p in test_paths.split(","))):
+    for path in test_paths:
         name = benchmark_name(path)
         if name in test:
             raise ValueError(f"task.test_paths: two test sets are named {name!r} ({path})")

@@ -1,8 +1,11 @@
-"""The lab's vocabulary: what the synthetic tasks (countdown, multistep) write, one token a
-character, as a standard tokenizer folder in the project's `data/lab/` (written by
-`write_tokenizer`; a test holds the committed files to it). A lab model is a preset's
-random weights with this tokenizer (`model.path = FOLDER`, `model.random_init = "lab-1m"`),
-trained from scratch like any other model.
+"""The lab's files. Its vocabulary: what the synthetic tasks (countdown, multistep) write,
+one token a character, as a standard tokenizer folder in the project's `data/lab/`
+(`write_tokenizer`). A lab model is a preset's random weights with this tokenizer
+(`model.path = FOLDER`, `model.random_init = "lab-1m"`), trained from scratch like any
+other model. Its fixed splits: Countdown's training and test problems at the default
+difficulty, drawn once and written to `data/countdown/` (`write_splits`; the preset
+`countdown` reads them), so every run, seed and method of a study reads the same files,
+and config.json records their digests. Tests hold the committed files to both functions.
 """
 
 from __future__ import annotations
@@ -10,12 +13,15 @@ from __future__ import annotations
 import json
 import os
 
+from explore_rl.data import countdown
 from explore_rl.data.jsonl import DATA_DIR
 from explore_rl.models.tokenizer import Tokenizer
 
 # digits, the operators and what the questions and answers write around them
 ALPHABET = "0123456789+-*/=()> \n"
 FOLDER = os.path.join(DATA_DIR, "lab")
+SPLITS_FOLDER = os.path.join(DATA_DIR, "countdown")
+SPLIT_SIZES = {"train": 20000, "test": 512}
 
 
 def tokenizer() -> Tokenizer:
@@ -30,3 +36,16 @@ def write_tokenizer(folder: str = FOLDER) -> None:
     tok.save_hf_folder(folder)
     with open(os.path.join(folder, "generation_config.json"), "w") as f:
         json.dump({"eos_token_id": [tok.eos_id], "pad_token_id": tok.pad_id}, f, indent=2)
+
+
+def write_splits(folder: str = SPLITS_FOLDER) -> None:
+    """`train.jsonl` and `test.jsonl` of Countdown at its default settings (`SPLIT_SIZES`
+    problems each, drawn from `problems_seed` 0): question, answer and the canonical
+    solution ("" where there is none), one problem a line."""
+    os.makedirs(folder, exist_ok=True)
+    for split, n in SPLIT_SIZES.items():
+        problems = countdown.make_countdown(n, 0, split, countdown.Settings())
+        with open(os.path.join(folder, f"{split}.jsonl"), "w") as f:
+            for p in problems:
+                row = {"question": p.question, "answer": p.answer, "solution": p.solution}
+                f.write(json.dumps(row) + "\n")

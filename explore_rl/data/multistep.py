@@ -39,6 +39,8 @@ class Settings:
     max_value: int = 999  # every intermediate value in [0, max_value] (else drawn again)
     ops: str = "+-*"  # operators drawn from
     solved_ops: int = 3  # problems of at most this many operations carry a solution (SFT)
+    # the problems' draw, not the run's seed: every seed and method of a study sees one split
+    problems_seed: int = 0
 
     def __post_init__(self):
         if not 1 <= self.min_ops <= self.max_ops <= 12:
@@ -190,8 +192,9 @@ def make_multistep(n: int, seed: int, split: str, settings: Settings = Settings(
 def multistep_task(t, seed: int):
     """Expressions of `task.multistep`'s difficulty: `task.train_size` training and
     `task.test_size` held-out ones."""
+    del seed  # the run's: the problems follow `problems_seed`
     s = t.own
     return (
-        make_multistep(t.train_size, seed, "train", s),
-        {"multistep": make_multistep(t.test_size, seed, "test", s)},
+        make_multistep(t.train_size, s.problems_seed, "train", s),
+        {"multistep": make_multistep(t.test_size, s.problems_seed, "test", s)},
     )

@@ -17,11 +17,11 @@ gate/up [D, F], down [F, D], lm_head [D, V]; HF stores every projection as [out,
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import math
 import os
+import shutil
 from collections.abc import Callable
 
 import jax
@@ -231,24 +231,33 @@ def save_hf(folder: str, params: dict, cfg: ModelConfig, dtype: str, max_shard_b
 _GGUF_CACHE_FORMAT = "v1"  # bump when the conversion changes
 
 
-def _file_digest(path: str) -> str:
-    """The file's sha256, computed once per (path, size, mtime) and remembered in the cache:
-    hashing a 4 GB GGUF at every load would cost seconds."""
-    st = os.stat(path)
-    key = hashlib.sha1(f"{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}".encode())
-    memo = caching.cache_dir("gguf", "digests", key.hexdigest())
-    if os.path.exists(memo):
-        with open(memo) as f:
-            return f.read().strip()
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 24):
-            h.update(chunk)
-    os.makedirs(os.path.dirname(memo), exist_ok=True)
-    with open(memo + ".tmp", "w") as f:
-        f.write(h.hexdigest())
-    os.replace(memo + ".tmp", memo)
-    return h.hexdigest()
+# The files of a model folder that are not its weights or config, copied as they are.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "generation_config.json",
+)
+
+
+def copy_tokenizer(path: str, folder: str) -> None:
+    """Model `path`'s tokenizer files into the HF folder `folder` (beside `save_hf`'s
+    weights), and a `generation_config.json` of its stop tokens where it has none."""
+    source = model_folder(path)
+    for name in TOKENIZER_FILES:
+        if os.path.isfile(os.path.join(source, name)):
+            shutil.copyfile(os.path.join(source, name), os.path.join(folder, name))
+    if not os.path.isfile(os.path.join(folder, "generation_config.json")):
+        tok = load_tokenizer(path)
+        gen = {"eos_token_id": list(tok.stop_ids), "pad_token_id": tok.pad_id}
+        with open(os.path.join(folder, "generation_config.json"), "w") as f:
+            json.dump(gen, f, indent=2)
 
 
 def gguf_as_hf_folder(path: str) -> str:
@@ -257,7 +266,7 @@ def gguf_as_hf_folder(path: str) -> str:
     many seconds, so it is done once per file content and kept in the user's cache."""
     if not os.path.isfile(path):
         raise ValueError(f"{path}: no such GGUF file")
-    final = caching.cache_dir("gguf", f"{_GGUF_CACHE_FORMAT}-{_file_digest(path)}")
+    final = caching.cache_dir("gguf", f"{_GGUF_CACHE_FORMAT}-{caching.file_digest(path)}")
 
     def convert(out: str):
         reader = gguf_io.reader(path)

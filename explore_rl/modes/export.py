@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
 import jax
 
@@ -28,20 +27,6 @@ from explore_rl import config as config_lib
 from explore_rl import parallel
 from explore_rl.models import presets, weights
 from explore_rl.models.transformer import init_params
-
-# The files of a model folder that are not its weights or config, copied as they are.
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "chat_template.jinja",
-    "chat_template.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "generation_config.json",
-)
 
 
 def source_dtype(folder: str) -> str:
@@ -107,13 +92,6 @@ def run_export(c, workdir: str | None) -> str:
     mesh = config_lib.mesh(config_lib.mesh_settings(c))
     params, cfg, step = trained_params(c, mesh)
     weights.save_hf(workdir, params, cfg, dtype, int(c.export.max_shard_gb * 2**30))
-    for name in TOKENIZER_FILES:
-        if os.path.isfile(os.path.join(source, name)):
-            shutil.copyfile(os.path.join(source, name), os.path.join(workdir, name))
-    if not os.path.isfile(os.path.join(workdir, "generation_config.json")):
-        tok = weights.load_tokenizer(c.model.path)
-        gen = {"eos_token_id": list(tok.stop_ids), "pad_token_id": tok.pad_id}
-        with open(os.path.join(workdir, "generation_config.json"), "w") as f:
-            json.dump(gen, f, indent=2)
+    weights.copy_tokenizer(c.model.path, workdir)
     print(f"exported step {step} of {c.eval.checkpoint or c.model.path} ({dtype}) to {workdir}")
     return workdir

@@ -33,7 +33,8 @@ from explore_rl.train.steps import run_evaluation, train_one_step
 
 def train(c, workdir: str):
     """The run of config `c` in `workdir`: its spec and explorers resolved and checked
-    before the work directory is made or locked."""
+    before the work directory is made or locked (a `model.base` already built:
+    `base_model.resolve`)."""
     spec = config_lib.spec(c)
     return run(spec, exploration.build(spec), workdir, rl_step)
 

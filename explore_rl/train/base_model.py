@@ -1,0 +1,91 @@
+"""A run's starting weights made by supervised fine-tuning, once per machine (`model.base`).
+
+The lab's RL runs start from a model fine-tuned on the task's solutions (configs/lab.py).
+Rather than asking every run, seed and method to repeat that SFT run, `model.base` names
+the SFT config (`configs/lab.py:sft,demo`); the first run on a machine trains it and writes
+its final weights as a Hugging Face folder in the user's cache, keyed by the SFT run's
+resolved config (its recipe), and every later run reads that folder as `model.path`, as
+the converted GGUF is read. The recipe takes the run's own `task` section, so a run at
+another difficulty gets a base model trained on its own problems.
+
+    c = base_model.resolve(c)   # model.path: the cached base (built first if missing)
+
+Where: `caching.cache_dir("base", <recipe>)`, beside it `<recipe>.run/` (the SFT run's
+logs and checkpoints: an interrupted build resumes) and `<recipe>.lock` (concurrent runs
+of a sweep wait for one build rather than racing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import fcntl
+import hashlib
+import json
+import logging
+import os
+
+from explore_rl import caching
+from explore_rl import config as config_lib
+from explore_rl.models import weights
+from explore_rl.train import sft
+
+_FORMAT = "v1"  # bump when what a recipe builds changes
+
+
+def recipe(c):
+    """The SFT config that makes run `c`'s base model: `model.base` with `c`'s task."""
+    out = config_lib.load(c.model.base)
+    if out.model.base:
+        raise ValueError(f"model.base={c.model.base!r}: its own model.base must be empty")
+    out.task = copy.deepcopy(c.task)
+    return out
+
+
+def key(sft_config) -> str:
+    """The recipe's name in the cache: a digest of its resolved config and the format."""
+    text = json.dumps(config_lib.resolved(sft_config).to_dict(), sort_keys=True)
+    return hashlib.sha256(f"{_FORMAT}\n{text}".encode()).hexdigest()[:20]
+
+
+def build(sft_config) -> str:
+    """The base model folder of `sft_config`: from the cache, or trained and written there."""
+    name = key(sft_config)
+    final = caching.cache_dir("base", name)
+    if os.path.isdir(final):
+        return final
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    with _locked(final + ".lock"):
+        if os.path.isdir(final):  # another process built it while this one waited
+            return final
+        logging.warning("base model %s: training it once (%s)", name, final + ".run")
+        progress = sft.train_sft(sft_config, final + ".run")
+        model = config_lib.model_settings(sft_config)
+
+        def write(folder: str) -> None:
+            cfg, _ = config_lib.model_spec(model)
+            weights.save_hf(folder, progress.state.params, cfg, "float32", 2**31)
+            weights.copy_tokenizer(model.path, folder)
+            with open(os.path.join(folder, config_lib.RECIPE_FILE), "w") as f:
+                json.dump(config_lib.resolved(sft_config).to_dict(), f, indent=2)
+
+        return caching.build_once(final, write)
+
+
+def resolve(c):
+    """`c` with `model.path` its base model (`build`) when `model.base` names one; else `c`."""
+    if not c.model.base:
+        return c
+    out = copy.deepcopy(c)
+    out.model.path, out.model.random_init = build(recipe(c)), ""
+    return out
+
+
+@contextlib.contextmanager
+def _locked(path: str):
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
