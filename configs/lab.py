@@ -1,19 +1,21 @@
 """The exploration lab: a tiny model trained from scratch on a synthetic task where
 exploration matters, on a CPU. `sft` fine-tunes the random lab model on the task's
 canonical solutions (one strategy of several: data/countdown.py); the RL settings train
-the result further with GRPO, from its export:
+its result further with GRPO (`model.base`: built on the first run, then read from the
+cache), and every method's `lab` scale is these settings with the method on:
 
-    python -m explore_rl.main --mode sft --config configs/lab.py:sft,smoke --workdir runs/lab-sft
-    python -m explore_rl.main --mode export --config configs/lab.py:sft,smoke \\
-        --config.eval.checkpoint=runs/lab-sft --workdir runs/lab-base
-    python -m explore_rl.main --config configs/lab.py:smoke --workdir runs/lab-rl \\
-        --config.model.path=runs/lab-base
+    python -m explore_rl.main --config configs/lab.py:demo --workdir runs/lab-grpo
+    python -m explore_rl.main --config configs/ead.py:lab --workdir runs/lab-ead
+    python -m explore_rl.main --mode sft --config configs/lab.py:sft,demo \
+        --workdir runs/lab-sft                       # the base model's own run, by hand
 
-The task is Countdown, 4 numbers in [1, 20], targets in [10, 100]
-(`--config.task.name=multistep --config.reward.name=multistep`: multi-step arithmetic).
-smoke runs in seconds; demo is the lab's starting point, its difficulty and lengths not
-yet measured against the regime the lab aims at (Pass@1 0.1-0.4, Pass@64 at least twice
-that, after SFT).
+The task is Countdown, 3 numbers in [1, 20], targets in [10, 100], its problems the files
+in data/countdown/ (`--config.task.name=countdown --config.task.countdown.inputs=4`: drawn
+in code at another difficulty; `--config.task.name=multistep --config.reward.name=multistep`:
+multi-step arithmetic). At this difficulty the base model (1000 SFT steps, cosine to 0)
+solves about a sixth of the test problems at Pass@1 and most at Pass@64, and about 40% of
+GRPO's groups of 8 have no signal (BENCHMARKS.md, `python -m explore_rl.bench lab`). smoke
+runs in seconds.
 """
 
 from configs import base
@@ -32,7 +34,7 @@ def get_config(arg: str | None = None):
     c.task.countdown = tasks.defaults("countdown")
     c.task.multistep = tasks.defaults("multistep")
     c.task.instruction, c.task.raw_prompt = "", "{question}\n"  # no chat: the lab's vocabulary
-    # questions of at most 19 tokens; canonical solutions of at most 32 with EOS (SFT's)
+    # questions of at most 16 tokens; canonical solutions of at most 21 with EOS (SFT's)
     c.rollout.max_prompt_len, c.rollout.max_new_tokens = 24, 64
     c.rollout.prompts, c.rollout.group_size = 16, 8
     c.eval.samples, c.eval.temperature, c.eval.top_p = 8, 1.0, 1.0
@@ -42,20 +44,31 @@ def get_config(arg: str | None = None):
     if variant == "sft":
         c.sft.batch_size, c.rollout.max_new_tokens = 64, 32
         c.optim.lr, c.optim.warmup_steps, c.optim.weight_decay = 3e-3, 20, 0.0
-        c.train.steps, c.train.eval_every = 2000, 500
+        c.train.steps, c.train.eval_every = 1000, 500
+        c.optim.decay_steps = c.train.steps - c.optim.warmup_steps  # to 0 at the end
     else:
         # the base model: the sft variant's run on this run's task, once per machine
-        c.model.base = f"configs/lab.py:sft,{'smoke' if scale == 'smoke' else 'demo'}"
-        c.optim.lr = 1e-5
-        c.train.steps, c.train.eval_every = 300, 50
+        c.model.base = "configs/lab.py:sft,demo"
+        c.rl.minibatches = 4  # 4 optimizer steps a batch, as every scale (configs/grpo.py)
+        # each minibatch's rows cut to its longest response (a budget all 4 groups fit)
+        c.optim.micro_batch_tokens = 4 * (32 + c.rollout.group_size * c.rollout.max_new_tokens)
+        c.optim.lr = 3e-5  # 1e-4 and above: the reward falls (a pilot: BENCHMARKS.md)
+        c.train.steps, c.train.eval_every, c.train.eval_before = 300, 50, True
     # task.name=countdown: as many problems as the files hold
     c.task.train_size, c.task.test_size = lab.SPLIT_SIZES["train"], lab.SPLIT_SIZES["test"]
-    if scale == "smoke":
-        c.eval.num_prompts = 16
-        c.sft.batch_size, c.rollout.prompts, c.rollout.group_size = 8, 2, 4
-        c.rollout.max_new_tokens = c.eval.max_new_tokens = 24
-        c.eval.samples, c.eval.batch_prompts = 2, 16
-        c.train.steps, c.train.eval_every, c.train.checkpoint_every = 2, 2, 2
+    return smoke(c) if scale == "smoke" else c
+
+
+def smoke(c):
+    """A lab config at the smoke sizes (seconds): also a method's `lab` config made quick
+    (`smoke(config.load("configs/ead.py:lab"))`, notebooks/06_lab.ipynb)."""
+    c.model.base = c.model.base and "configs/lab.py:sft,smoke"
+    c.eval.num_prompts = 16
+    c.sft.batch_size, c.rollout.prompts, c.rollout.group_size = 8, 2, 4
+    c.rl.minibatches = min(c.rl.minibatches, c.rollout.prompts)  # a step a group, at most
+    c.rollout.max_new_tokens = c.eval.max_new_tokens = 24
+    c.eval.samples, c.eval.batch_prompts = 2, 16
+    c.train.steps, c.train.eval_every, c.train.checkpoint_every = 2, 2, 2
     return c
 
 

@@ -237,6 +237,8 @@ def _check_batch(c: ConfigDict) -> None:
     for key, value in counts.items():  # before they divide anything
         _check(value >= 1, f"{key}={value}: need at least 1")
     _check(o.lr > 0, f"optim.lr={o.lr}: must be > 0")
+    for key in ("warmup_steps", "decay_steps"):
+        _check(getattr(o, key) >= 0, f"optim.{key}={getattr(o, key)}: must be >= 0")
     _check(
         r.prompts % c.rl.minibatches == 0,
         f"rl.minibatches={c.rl.minibatches} must divide rollout.prompts={r.prompts}",

@@ -48,7 +48,7 @@ def test_a_recipe_is_trained_once_and_every_run_starts_from_its_last_weights(cou
 
 def test_another_task_is_another_recipe_and_its_run_trains_on_it(counted_sft, tmp_path):
     rl = lab.get_config("smoke")
-    rl.task.name, rl.task.countdown.inputs, rl.task.train_size = "countdown", 3, 64
+    rl.task.name, rl.task.countdown.inputs, rl.task.train_size = "countdown", 4, 64
     rl.reward.fn = testing.PARITY  # mixed groups: the step updates
     assert base_model.key(base_model.recipe(rl)) != base_model.key(
         base_model.recipe(lab.get_config("smoke"))
@@ -56,7 +56,9 @@ def test_another_task_is_another_recipe_and_its_run_trains_on_it(counted_sft, tm
     with pytest.raises(ValueError, match="^config: model.base=configs/lab.py:sft,smoke: not built"):
         loop.train(rl, str(tmp_path / "rl"))
     progress = loop.train(base_model.resolve(rl), str(tmp_path / "rl"))
-    assert len(counted_sft) == 1 and int(progress.state.step) == rl.train.steps
+    assert (
+        len(counted_sft) == 1 and int(progress.data_position) == rl.train.steps * rl.rollout.prompts
+    )
     assert counted_sft[0].data_position > 0
     with open(tmp_path / "rl" / "config.json") as f:
         model = json.load(f)["model"]

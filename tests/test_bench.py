@@ -36,3 +36,20 @@ def test_bench_engine_reports_what_each_slot_count_did():
         for key in ("useful_tokens_per_s", "occupancy", "prefill_s", "decode_s", "peak_rss_gib"):
             assert r[key] > 0, (r["slots"], key)
         assert 0 < r["occupancy"] <= 1 and r["kv_cache_bytes"] > 0
+
+
+def test_bench_lab_reports_the_base_models_regime_and_a_steps_shares(tmp_path, monkeypatch):
+    """At the smoke size (a base model of 2 SFT steps, in this test's cache): Pass@k is
+    monotone in k, each part's questions add up, zero-advantage groups are a share, and
+    the RL step's parts (rollout, pi_old, update, host) add up to the step."""
+    monkeypatch.setenv("EXPLORE_RL_CACHE_DIR", str(tmp_path))
+    out = bench.main(["lab", "--config", "configs/lab.py:smoke", "--samples", "4",
+                      "--group", "2", "--rl-steps", "2"])  # fmt: skip
+    assert out["base_build_s"] > 0 and out["test_questions"] == 16 and out["samples"] == 4
+    assert out["seen"]["questions"] + out.get("unseen", {"questions": 0})["questions"] == 16
+    for part in ("all", "seen"):
+        p = out[part]
+        assert 0 <= p["pass@1"] <= p["pass@4"] <= 1 and 0 <= p["zero_advantage_groups"] <= 1
+    shares = out["rl_step_share"]
+    assert abs(sum(shares.values()) - 1) < 1e-6 and shares["update_s"] > 0
+    assert out["rl_step_s_median"] > 0

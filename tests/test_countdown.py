@@ -131,9 +131,9 @@ def test_the_task_and_its_reward_through_the_config():
     c.task.name, c.reward.name = "countdown", "countdown"
     c.task.train_size, c.task.test_size = 40, 10
     c.task.countdown = tasks.defaults("countdown")
-    c.task.countdown.inputs = 3
+    c.task.countdown.inputs = 4
     spec = config_lib.spec(c)
-    assert spec.task.own == cd.Settings(inputs=3)
+    assert spec.task.own == cd.Settings(inputs=4)
     train, tests = config_lib.load_problems(spec)
     # the problems follow task.countdown.problems_seed, not the run's seed: one split a study
     c.seed = 5
@@ -141,7 +141,7 @@ def test_the_task_and_its_reward_through_the_config():
     c.task.countdown.problems_seed = 1
     assert config_lib.load_problems(config_lib.spec(c))[1] != tests
     assert len(train) == 40 and list(tests) == ["countdown"] and len(tests["countdown"]) == 10
-    assert all(len(cd.parse_question(p.question)[0]) == 3 for p in train)
+    assert all(len(cd.parse_question(p.question)[0]) == 4 for p in train)
     solved = next(p for p in train if p.solution)
     assert spec.reward.fn(solved.solution, solved) == 1.0
     assert spec.reward.fn("1+1=2", solved) == 0.0

@@ -12,7 +12,7 @@ NOTEBOOKS = sorted(n for n in os.listdir(FOLDER) if n.endswith(".ipynb"))
 
 
 def test_there_are_notebooks_and_their_outputs_are_cleared():
-    assert len(NOTEBOOKS) == 5
+    assert len(NOTEBOOKS) == 6
     for name in NOTEBOOKS:
         nb = nbformat.read(os.path.join(FOLDER, name), as_version=4)
         assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), name

@@ -183,6 +183,24 @@ def test_non_finite_loss_skips_the_update(tiny):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("warmup", [0, 4])
+def test_the_learning_rate_warms_up_then_decays_along_half_a_cosine(warmup):
+    """A constant gradient moves a weight by the step's learning rate under Adam (its
+    bias-corrected m / sqrt(v) is 1): the moves are the schedule, against its formula."""
+    lr, decay = 0.1, 8
+    opt = make_optimizer(OptimConfig(lr=lr, warmup_steps=warmup, decay_steps=decay,
+                                     weight_decay=0.0, max_grad_norm=1e9))  # fmt: skip
+    w = jnp.zeros(())
+    opt_state = opt.init(w)
+    moves = []
+    for _ in range(warmup + decay + 2):
+        updates, opt_state = opt.update(jnp.ones(()), opt_state, w)
+        moves.append(-float(updates))
+    cosine = [lr * 0.5 * (1 + np.cos(np.pi * min(k, decay) / decay)) for k in range(decay + 2)]
+    expected = [lr * k / warmup for k in range(warmup)] + cosine
+    np.testing.assert_allclose(moves, expected, rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.slow
 def test_learning_happens_on_a_learnable_task():
     """Reward 1 when the first response token is 5: GRPO drives it from ~1/64 to > 0.8."""

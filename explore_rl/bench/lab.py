@@ -85,7 +85,8 @@ def _base_model_quality(c, samples: int, group: int) -> dict:
         evaluate(params, cfg, tok, tests, spec, v, jax.random.key(spec.seed), records=records)
     seconds = time.perf_counter() - t0
     correct = np.array([r["correct"] for r in records], float).reshape(-1, samples)
-    seen = np.array([bool(p.solution) for ps in tests.values() for p in ps])
+    solved = {p.question: bool(p.solution) for ps in tests.values() for p in ps}
+    seen = np.array([solved[r["question"]] for r in records[::samples]])  # those evaluated
     out = {"test_questions": len(correct), "samples": samples, "eval_s": seconds}
     for part, rows in (("all", slice(None)), ("seen", seen), ("unseen", ~seen)):
         if not correct[rows].size:
@@ -108,17 +109,19 @@ def _rl_steps(c, steps: int) -> dict:
     spec = config_lib.spec(c)
     with tempfile.TemporaryDirectory() as workdir, config_lib.verifier(spec.reward) as v:
         run, progress = testing.start(spec, workdir, v)[:2]
-        parts = {"step_s": [], "rollout_s": [], "pi_old_s": [], "update_s": []}
+        timed = ("rollout_s", "pi_old_s", "update_s")
+        parts = {k: [] for k in ("step_s", *timed, "host_s")}
         for step in range(steps + 1):
             t0 = time.perf_counter()
             progress, metrics, _ = steps_lib.train_one_step(run, progress, step)
             if step:  # the first compiles
                 parts["step_s"].append(time.perf_counter() - t0)
-                for k in ("rollout_s", "pi_old_s", "update_s"):
+                for k in timed:
                     parts[k].append(metrics[f"time/{k}"])
+                rest = parts["step_s"][-1] - sum(metrics[f"time/{k}"] for k in timed)
+                parts["host_s"].append(rest)
     med = {k: statistics.median(v) for k, v in parts.items()}
-    shares = {k: med[k] / med["step_s"] for k in ("rollout_s", "pi_old_s", "update_s")}
-    shares["host_s"] = 1 - sum(shares.values())
+    shares = {k: med[k] / med["step_s"] for k in (*timed, "host_s")}
     r = spec.rollout
     return {
         "rl_step": f"{r.prompts} prompts x {r.group_size} rollouts x <= {r.max_new_tokens} tokens",

@@ -98,6 +98,9 @@ class OptimConfig:
 
     lr: float = 1e-6  # AdamW learning rate
     warmup_steps: int = 0  # linear warm-up of the learning rate (optimizer steps)
+    # then half a cosine from lr to 0 over this many optimizer steps (verl's SFT trainer:
+    # cosine); 0 = lr held after the warm-up
+    decay_steps: int = 0
     weight_decay: float = 0.01  # AdamW decoupled weight decay
     b1: float = 0.9  # Adam beta1
     b2: float = 0.999  # Adam beta2
@@ -114,11 +117,21 @@ def make_optimizer(c: OptimConfig) -> optax.GradientTransformation:
     """AdamW after global-norm clipping. One object per config: `train_step` takes the
     optimizer as a static argument (hashed by identity), so a new run, an evaluation or a
     resume in the same process reuses the compiled update instead of compiling again."""
-    lr = optax.linear_schedule(0.0, c.lr, c.warmup_steps) if c.warmup_steps else c.lr
+    lr = _schedule(c)
     return optax.chain(
         optax.clip_by_global_norm(c.max_grad_norm),
         optax.adamw(lr, b1=c.b1, b2=c.b2, eps=c.eps, weight_decay=c.weight_decay),
     )
+
+
+def _schedule(c: OptimConfig):
+    """The learning rate per optimizer step: warm-up, then held or decayed (`decay_steps`)."""
+    held = optax.constant_schedule(c.lr)
+    after = optax.cosine_decay_schedule(c.lr, c.decay_steps) if c.decay_steps else held
+    if not c.warmup_steps:
+        return after
+    return optax.join_schedules([optax.linear_schedule(0.0, c.lr, c.warmup_steps), after],
+                                [c.warmup_steps])  # fmt: skip
 
 
 def init_state(params: dict, optimizer: optax.GradientTransformation) -> TrainState:
