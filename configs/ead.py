@@ -24,6 +24,10 @@ def get_config(arg: str | None = None):
     c.rl.tis_cap = 2.0  # EAD paper, App. B: w = min(2, pi_old / mu)
     # rl.score_temperature "rollout" = the base temperature 1.0: pi_old and pi_theta at
     # tau = 1 and TIS against the annealed mu, as EAD paper, App. B
+    if arg == "lab":  # the paper's schedule rescaled to 32-token answers and 300 steps:
+        # k d_s at lab step s = (32 / 3072) (25 + 5 * 2000 s / 300), c = 10 * 32 / 3072 < 1
+        # (docs/lab.md): the hot prefix grows to 59% of the bucket by the end, as the paper's
+        c.exploration.ead.update(k=0.0694, d0=3.75, c=1)
     if arg == "paper":  # EAD paper, Sec. 5.1 and App. A (Table 1, the Minimal-RL recipe)
         c.rollout.prompts = 1024  # Table 1: training batch size 1024
         c.rollout.group_size = 8  # Sec. 5.3: n = 8 ("the commonly used 4 or 8")

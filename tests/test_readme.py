@@ -83,8 +83,16 @@ def smoke(words: list[str], hf_folder: str) -> list[str]:
             "startup": ["--config", "configs/grpo.py:smoke"],
             "memory": ["--config", "configs/grpo.py:smoke"],
             "fit": [],  # shapes only: every paper config as it is
-            "lab": ["--config", "configs/lab.py:smoke", "--samples", "4", "--group", "2",
-                    "--rl-steps", "1"],  # fmt: skip
+            "lab": [
+                "--config",
+                "configs/lab.py:smoke",
+                "--samples",
+                "4",
+                "--group",
+                "2",
+                "--rl-steps",
+                "1",
+            ],  # fmt: skip
             "long": [
                 "--preset",
                 "tiny-llama",
