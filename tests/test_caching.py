@@ -138,12 +138,12 @@ def test_file_digest_is_remembered_and_follows_changes(tmp_path, monkeypatch):
     import hashlib
 
     monkeypatch.setenv("EXPLORE_RL_CACHE_DIR", str(tmp_path / "cache"))
-    f = tmp_path / "model.gguf"
+    f = tmp_path / "train.jsonl"
     f.write_bytes(b"one")
-    assert weights._file_digest(str(f)) == hashlib.sha256(b"one").hexdigest()
-    (memo,) = os.listdir(tmp_path / "cache" / "gguf" / "digests")
+    assert caching.file_digest(str(f)) == hashlib.sha256(b"one").hexdigest()
+    (memo,) = os.listdir(tmp_path / "cache" / "digests")
     # a second call reads the memo, not the file (it no longer matches the memo's text)
-    (tmp_path / "cache" / "gguf" / "digests" / memo).write_text("remembered")
-    assert weights._file_digest(str(f)) == "remembered"
+    (tmp_path / "cache" / "digests" / memo).write_text("remembered")
+    assert caching.file_digest(str(f)) == "remembered"
     f.write_bytes(b"two, longer")  # new size and mtime: hashed again
-    assert weights._file_digest(str(f)) == hashlib.sha256(b"two, longer").hexdigest()
+    assert caching.file_digest(str(f)) == hashlib.sha256(b"two, longer").hexdigest()
