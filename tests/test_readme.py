@@ -57,7 +57,7 @@ def _config_at_smoke_scale(spec: str) -> str:
     path, _, arg = spec.partition(":")
     if path.endswith("base.py"):
         return spec
-    parts = [p for p in arg.split(",") if p and p not in ("smoke", "demo", "paper")]
+    parts = [p for p in arg.split(",") if p and p not in ("smoke", "demo", "lab", "paper")]
     return f"{path}:{','.join(parts + ['smoke'])}"
 
 
