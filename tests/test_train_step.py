@@ -201,6 +201,19 @@ def test_the_learning_rate_warms_up_then_decays_along_half_a_cosine(warmup):
     np.testing.assert_allclose(moves, expected, rtol=1e-5, atol=1e-7)
 
 
+def test_a_held_learning_rate_keeps_the_optimizer_state_earlier_checkpoints_have():
+    """No warm-up, no decay: the state has no schedule step count, so a run checkpointed
+    before `decay_steps` existed still restores."""
+    import optax
+
+    params = {"w": jnp.zeros(3)}
+    ours = make_optimizer(OptimConfig(lr=1e-3)).init(params)
+    before = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3)).init(params)
+    assert jax.tree.structure(ours) == jax.tree.structure(before)
+    decayed = make_optimizer(OptimConfig(lr=1e-3, decay_steps=10)).init(params)
+    assert jax.tree.structure(decayed) != jax.tree.structure(before)
+
+
 @pytest.mark.slow
 def test_learning_happens_on_a_learnable_task():
     """Reward 1 when the first response token is 5: GRPO drives it from ~1/64 to > 0.8."""

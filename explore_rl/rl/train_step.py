@@ -125,13 +125,14 @@ def make_optimizer(c: OptimConfig) -> optax.GradientTransformation:
 
 
 def _schedule(c: OptimConfig):
-    """The learning rate per optimizer step: warm-up, then held or decayed (`decay_steps`)."""
-    held = optax.constant_schedule(c.lr)
-    after = optax.cosine_decay_schedule(c.lr, c.decay_steps) if c.decay_steps else held
-    if not c.warmup_steps:
-        return after
-    return optax.join_schedules([optax.linear_schedule(0.0, c.lr, c.warmup_steps), after],
-                                [c.warmup_steps])  # fmt: skip
+    """The learning rate per optimizer step: warm-up, then held or decayed (`decay_steps`).
+    A held rate with no warm-up stays a number: a schedule adds a step count to the
+    optimizer's state, which checkpoints of such runs do not have."""
+    warmup = optax.linear_schedule(0.0, c.lr, c.warmup_steps) if c.warmup_steps else None
+    if not c.decay_steps:
+        return warmup or c.lr
+    cosine = optax.cosine_decay_schedule(c.lr, c.decay_steps)
+    return optax.join_schedules([warmup, cosine], [c.warmup_steps]) if warmup else cosine
 
 
 def init_state(params: dict, optimizer: optax.GradientTransformation) -> TrainState:
