@@ -10,6 +10,11 @@ against k, each method's own panel, and a markdown summary (mean +- spread over 
     analysis.summary(runs)                                          # a DataFrame
     analysis.plot_curves(runs, ["reward/mean", "rollout/entropy"])  # a Figure
 
+A run's held-out result is its final evaluation: a `--mode eval` written into its own
+folder (eval.json, e.g. more samples than during training), else its last evaluation during
+training. Intervals (`bootstrap_interval`, `paired`) are percentile bootstraps over seeds;
+against a baseline they resample paired differences (the same seed of both).
+
 Runs are grouped by their resolved `config.json`, not their folder names: a run's label is
 its exploration methods ("grpo" when none) followed by every config field that differs
 between the runs given and is not the seed (e.g. "grpo rollout.temperature=1.2"; a field
@@ -73,6 +78,7 @@ class Run:
     config: dict  # the resolved config, flattened ("rollout.temperature": 1.2)
     metrics: pd.DataFrame  # one row per logged step, indexed by step
     label: str = ""
+    final: dict = dataclasses.field(default_factory=dict)  # eval.json's metrics, if any
 
     @property
     def seed(self) -> int:
@@ -86,6 +92,10 @@ class Run:
         return key in self.metrics
 
     def last_eval(self) -> dict[str, float]:
+        """The held-out result: eval.json's when the run has one, else the last evaluation
+        during training."""
+        if self.final:
+            return dict(self.final)
         evals = self.metrics.filter(regex="^eval/").dropna(how="all")
         return {} if evals.empty else evals.iloc[-1].dropna().to_dict()
 
@@ -100,7 +110,11 @@ def load_run(path: str) -> Run:
     rows = read_metrics(path) if os.path.exists(os.path.join(path, "metrics.jsonl")) else []
     if not rows:
         raise ValueError(f"{path}: no metrics.jsonl lines (the run logged no step)")
-    return Run(path, config, pd.DataFrame(rows).set_index("step").sort_index())
+    final = {}
+    if os.path.exists(os.path.join(path, "eval.json")):  # `--mode eval` in the run's folder
+        with open(os.path.join(path, "eval.json")) as f:
+            final = {k: v for k, v in json.load(f).items() if k.startswith("eval/")}
+    return Run(path, config, pd.DataFrame(rows).set_index("step").sort_index(), final=final)
 
 
 def load(paths: list[str]) -> list[Run]:
@@ -136,6 +150,43 @@ def _mean_sd(values: list[float]) -> tuple[float, float, int]:
     if not len(v):
         return float("nan"), float("nan"), 0
     return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0, len(v)
+
+
+def bootstrap_interval(
+    values, level: float = 0.95, resamples: int = 10_000, seed: int = 0
+) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of `values` (one per seed) and its percentile bootstrap
+    interval at `level` (Efron & Tibshirani 1993, ch. 13: resample the values with
+    replacement, take the quantiles of the resamples' means). Of paired differences (an
+    arm's seed minus the baseline's same seed) it is the paired bootstrap. NaN with none."""
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], float)
+    if not len(v):
+        return float("nan"), float("nan"), float("nan")
+    means = v[np.random.default_rng(seed).integers(0, len(v), (resamples, len(v)))].mean(1)
+    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return float(v.mean()), float(low), float(high)
+
+
+def paired(arm: dict[int, float], baseline: dict[int, float], **kwargs):
+    """(mean, low, high, n) of arm minus baseline over the seeds both have (`{seed: value}`),
+    the interval a paired bootstrap's (`bootstrap_interval`)."""
+    seeds = sorted(
+        s for s in set(arm) & set(baseline) if arm[s] is not None and baseline[s] is not None
+    )
+    return (*bootstrap_interval([arm[s] - baseline[s] for s in seeds], **kwargs), len(seeds))
+
+
+def verdict(stats, direction: str, threshold: float = 0.0) -> str:
+    """A prediction that a quantity is above (">") or below ("<") `threshold`, judged by
+    its interval `stats` = (mean, low, high, ...): "held" when the interval lies on the
+    predicted side, "against" when on the other, "not resolved" when it contains the
+    threshold; "not measured" without values."""
+    _, low, high = stats[:3]
+    if not np.isfinite(low):
+        return "not measured"
+    above, below = low > threshold, high < threshold
+    held, against = (above, below) if direction == ">" else (below, above)
+    return "held" if held else "against" if against else "not resolved"
 
 
 def _column(key: str, steps: str) -> str:
@@ -228,11 +279,15 @@ def curve(runs: list[Run], key: str) -> str:
 
 
 def _band(ax, members: list[Run], key: str, label: str):
+    """The mean over seeds, +- one sd, at the steps every seed logged (a sparse metric,
+    e.g. an evaluation, averages the same seeds at each point), in step order."""
     series = [r.metrics[key].dropna() for r in members if key in r.metrics]
     series = [s for s in series if len(s)]
     if not series:
         return False
-    table = pd.concat(series, axis=1)
+    table = pd.concat(series, axis=1).sort_index().dropna()
+    if table.empty:
+        return False
     mean = table.mean(axis=1)
     (line,) = ax.plot(mean.index, mean.values, label=f"{label} (n={len(series)})")
     if len(series) > 1:
@@ -256,28 +311,27 @@ def plot_curves(runs: list[Run], keys=CURVES):
 
 
 def plot_pass_at_k(runs: list[Run]):
-    """Held-out Pass@k against k (log scale) at each run's last evaluation, per
-    configuration (mean over seeds, +- one sd)."""
+    """Held-out Pass@k against k (log scale) at each run's final evaluation, per
+    configuration: the mean over seeds and its 95% bootstrap interval, at the k every seed
+    has."""
     fig = Figure(figsize=(5, 3.5))
     ax = fig.subplots()
     for label, members in groups(runs).items():
-        ks = sorted(
-            {
-                int(k.rsplit("@", 1)[1])
-                for r in members
-                for k in r.last_eval()
-                if "/average/pass@" in k
-            }
+        evals = [r.last_eval() for r in members]
+        ks = sorted({int(k.rsplit("@", 1)[1]) for e in evals for k in e if "/average/pass@" in k})
+        ks = [k for k in ks if all(f"eval/average/pass@{k}" in e for e in evals)]
+        if not ks:
+            continue
+        stats = np.array(
+            [bootstrap_interval([e[f"eval/average/pass@{k}"] for e in evals]) for k in ks]
         )
-        stats = [
-            _mean_sd([r.last_eval().get(f"eval/average/pass@{k}") for r in members]) for k in ks
-        ]
-        ks = [k for k, s in zip(ks, stats) if s[2] == len(members)]  # every seed has it
-        stats = [s for s in stats if s[2] == len(members)]
-        if ks:
-            ax.errorbar(
-                ks, [s[0] for s in stats], yerr=[s[1] for s in stats], marker="o", label=label
-            )
+        ax.errorbar(
+            ks,
+            stats[:, 0],
+            yerr=[stats[:, 0] - stats[:, 1], stats[:, 2] - stats[:, 0]],
+            marker="o",
+            label=f"{label} (n={len(members)})",
+        )
     ax.set_xscale("log", base=2)
     ax.set_xlabel("k")
     ax.set_ylabel("Pass@k (held out)")

@@ -117,3 +117,57 @@ def test_report_writes_figures_and_a_summary(runs, tmp_path):
     assert (tmp_path / "out" / "summary.md").read_text().strip() == text.strip()
     with pytest.raises(SystemExit, match="error: .*not a run directory"):
         analysis.main([str(tmp_path), "--out", str(tmp_path / "x")])
+
+
+def test_the_bootstrap_interval_is_the_normal_one_for_many_seeds_and_degenerate_for_one():
+    x = np.random.default_rng(0).standard_normal(400)
+    mean, low, high = analysis.bootstrap_interval(x)
+    half = 1.96 * x.std(ddof=1) / np.sqrt(len(x))  # the normal interval's half-width
+    assert mean == pytest.approx(x.mean())
+    assert (high - low) / 2 == pytest.approx(half, rel=0.1)
+    assert low < mean < high and (mean - low) == pytest.approx(high - mean, rel=0.25)
+    assert analysis.bootstrap_interval([0.3]) == pytest.approx((0.3, 0.3, 0.3))
+    assert all(np.isnan(analysis.bootstrap_interval([None, float("nan")])))
+
+
+def test_pairing_by_seed_removes_the_spread_between_seeds():
+    """Each seed's arm is its baseline + 0.05 while the seeds differ by up to 0.7: the paired
+    interval is the shift exactly, the arms' own intervals overlap."""
+    base = {s: 0.1 * s for s in range(8)}
+    arm = {s: v + 0.05 for s, v in base.items()}
+    arm[9] = 5.0  # a seed the baseline lacks counts in neither
+    assert analysis.paired(arm, base) == pytest.approx((0.05, 0.05, 0.05, 8))
+    _, low, _ = analysis.bootstrap_interval([arm[s] for s in range(8)])
+    _, _, high = analysis.bootstrap_interval(list(base.values()))
+    assert low < high  # unpaired: the two intervals overlap, the difference is not resolved
+    assert analysis.verdict(analysis.paired(arm, base), ">") == "held"
+    assert analysis.verdict(analysis.paired(base, arm), ">") == "against"
+
+
+@pytest.mark.parametrize(
+    "stats, direction, threshold, expected",
+    [
+        ((0.1, 0.02, 0.2), ">", 0.0, "held"),
+        ((0.1, -0.02, 0.2), ">", 0.0, "not resolved"),
+        ((-0.1, -0.2, -0.02), ">", 0.0, "against"),
+        ((-0.1, -0.2, -0.02), "<", 0.0, "held"),
+        ((0.03, 0.01, 0.04), "<", 0.05, "held"),  # e.g. |TIS - 1| below 0.05
+        ((-0.005, -0.009, 0.0), ">", -0.01, "held"),  # "at least": above -0.01
+        ((float("nan"),) * 3, ">", 0.0, "not measured"),
+    ],
+)
+def test_a_prediction_is_judged_by_where_its_interval_lies(stats, direction, threshold, expected):
+    assert analysis.verdict(stats, direction, threshold) == expected
+
+
+def test_a_final_evaluation_in_the_run_folder_is_its_held_out_result(runs):
+    """`--mode eval` written into a run's folder (eval.json) replaces the last evaluation
+    during training: the summary and Pass@k read it."""
+    final = {"step": 4, "eval/average/pass@1": 0.9, "eval/average/pass@64": 1.0}
+    with open(os.path.join(runs[0], "eval.json"), "w") as f:
+        json.dump(final, f)
+    loaded = analysis.load(runs)
+    assert loaded[0].last_eval() == {"eval/average/pass@1": 0.9, "eval/average/pass@64": 1.0}
+    assert loaded[1].last_eval()["eval/average/pass@1"] == 0.6  # no eval.json: training's
+    row = analysis.summary(loaded).loc["grpo rollout.temperature=1.0"]
+    assert row["eval/average/pass@1"] == pytest.approx((0.9 + 0.6) / 2)

@@ -8,6 +8,7 @@ from explore_rl import config as config_lib
 from explore_rl import testing
 from explore_rl.logs import read_metrics
 from explore_rl.train import loop, steps
+from explore_rl.train.build import Progress
 
 
 def _flat(c, prefix=""):
@@ -86,19 +87,24 @@ def test_the_clip_controls_bind_in_the_demo_setting(tmp_path):
         run, progress, _ = testing.start(c, str(tmp_path), verifier)
         progress, first, _ = steps.train_one_step(run, progress, 0)
         for step in (1, 2, 3):
-            ro, _, _ = steps.collect(run, progress, step)
-            batch, _, _ = steps.make_batch(run, progress, ro, step)
-            params, metrics = {}, {}
+            ro, position, _ = steps.collect(run, progress, step)
+            batch, explorers, _ = steps.make_batch(run, progress, ro, step)
+            lengths = steps.response_lengths(ro)
+            states, metrics = {}, {}
             for name in ("grpo", "clip_higher", "gspo"):
                 cc = grpo.get_config("demo") if name == "grpo" else controls.get_config(name)
                 cc = config_lib.spec(cc)
                 state = jax.tree.map(jnp.copy, progress.state)  # update donates its state
-                state, metrics[name] = steps.update(state, batch, run.cfg, cc, run.optimizer)
-                params[name] = state.params
+                states[name], metrics[name] = steps.update(
+                    state, batch, run.cfg, cc, run.optimizer, lengths
+                )
             high = {n: m["policy/clip_frac_high"] for n, m in metrics.items()}
             if high["clip_higher"] < high["grpo"]:
                 break
-            progress, _, _ = steps.train_one_step(run, progress, step)
+            # GRPO's update of this batch is the step `train_one_step` takes: go on from it
+            # (not a second rollout and update of the same step)
+            progress = Progress(states["grpo"], jnp.asarray(position, jnp.int32), explorers)
+        params = {name: s.params for name, s in states.items()}
 
     def differ(a, b):
         return any(not np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))

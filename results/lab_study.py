@@ -1,0 +1,490 @@
+"""The lab study (issue 32): every arm x 8 seeds x 300 steps from one base model, each
+run's final held-out evaluation, and the report against the predictions in docs/lab.md.
+
+    python results/lab_study.py                         # every run, then the report
+    python results/lab_study.py --seeds 0 1 --arms grpo ead   # a part of it
+    python results/lab_study.py --report                # the report of the runs there are
+    python results/lab_study.py --pilot extra           # the pilots docs/lab.md names
+    python results/lab_study.py --pilot ase
+
+Runs go seed by seed (every arm's seed 0, then every arm's seed 1, ...), so a study stopped
+part way has paired comparisons for the seeds it finished; each run resumes where it
+stopped and a finished one is read, as is a finished final evaluation. A run's final
+evaluation is `--mode eval` of its last checkpoint in its own folder (eval.json): the 512
+test problems x 64 samples at temperature 1, the same for every arm. Every number in the
+report (`<out>/study.md`) and the pilots' (`<out>/pilot_<name>.md`) comes from the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+
+SEEDS = tuple(range(8))
+FINAL_SAMPLES = 64
+FIGURES = "results/figures/lab"
+FOUR = {"task.name": "countdown", "task.countdown.inputs": 4}  # drawn in code, not data/
+
+# arm -> (config, overrides): the arms of docs/lab.md, each the lab's GRPO setting with one
+# thing changed (the same base model, rollout budget and evaluation)
+ARMS = {
+    "grpo": ("configs/grpo.py:lab", {}),
+    "cold": ("configs/grpo.py:lab", {"rollout.temperature": 0.7}),
+    "hot": ("configs/controls.py:temperature,lab", {}),
+    "clip_higher": ("configs/controls.py:clip_higher,lab", {}),
+    "ead": ("configs/ead.py:lab", {}),
+    "eden": ("configs/eden.py:lab", {}),
+    "eden_ead": ("configs/eden.py:lab", {"+ead": "configs/ead.py:lab"}),
+    "ase": ("configs/ase.py:lab", {}),
+    "ase_unstructured": ("configs/ase.py:unstructured,lab", {}),
+    # ExTra-R cuts a response at its line ends but the last: a 3-number answer (2 lines)
+    # has none, so ExTra's arms and their own GRPO run on 4 numbers (3 lines; its own base
+    # model: the recipe takes the run's task), as docs/lab.md's rule says when the pilot
+    # (`--pilot extra`) finds less than one guided group a step
+    "grpo4": ("configs/grpo.py:lab", FOUR),
+    "extra_n4": ("configs/extra.py:novelty,lab", FOUR),
+    "extra_r4": ("configs/extra.py:regen,lab", FOUR),
+    "extra4": ("configs/extra.py:lab", FOUR),
+    "extra_r": ("configs/extra.py:regen,lab", {}),  # the pilot's only
+}
+STUDY = [a for a in ARMS if a != "extra_r"]
+BASELINE = {a: "grpo4" if a.endswith("4") else "grpo" for a in ARMS}
+
+
+def arm_config(arm: str, seed: int):
+    """The arm's config at `seed`, its base model resolved. "+ead" composes EAD (its lab
+    schedule and TIS cap) after the arm's own method, as configs/eden.py's test does."""
+    from explore_rl import config as config_lib
+    from explore_rl.train import base_model
+
+    path, overrides = ARMS[arm]
+    c = config_lib.load(path)
+    for key, value in overrides.items():
+        if key == "+ead":
+            ead = config_lib.load(value)
+            c.exploration.methods = (*c.exploration.methods, "ead")
+            c.exploration.ead, c.rl.tis_cap = ead.exploration.ead, ead.rl.tis_cap
+            continue
+        *sections, field = key.split(".")
+        node = c
+        for section in sections:
+            node = node[section]
+        node[field] = value
+    c.seed = seed
+    return base_model.resolve(c)
+
+
+def train_and_evaluate(c, path: str) -> None:
+    """The run in `path` (resumed, or read when finished), then its final evaluation."""
+    from explore_rl.modes.eval import run_eval
+    from explore_rl.train import loop
+
+    loop.train(c, path)
+    done = os.path.join(path, "eval.json")
+    if os.path.exists(done) and json.load(open(done))["step"] == c.train.steps:
+        return
+    e = c.copy_and_resolve_references()
+    e.eval.checkpoint, e.eval.samples, e.eval.num_prompts = path, FINAL_SAMPLES, 0
+    run_eval(e, path)
+
+
+def run_study(runs: str, arms: list[str], seeds: list[int]) -> list[str]:
+    paths = []
+    for seed in seeds:
+        for arm in arms:
+            path = os.path.join(runs, f"{arm}-s{seed}")
+            print(f"== {path}", flush=True)
+            train_and_evaluate(arm_config(arm, seed), path)
+            paths.append(path)
+    return paths
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", default="runs/lab-study")
+    p.add_argument("--out", default="results/lab")
+    p.add_argument("--figures", default=FIGURES)
+    p.add_argument("--arms", nargs="+", default=STUDY, choices=list(ARMS))
+    p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+    p.add_argument("--report", action="store_true", help="only the report of the runs there are")
+    p.add_argument("--pilot", choices=("extra", "ase"), help="a pilot of docs/lab.md")
+    args = p.parse_args(argv)
+
+    from explore_rl import caching
+
+    caching.enable_compilation_cache()
+    os.makedirs(args.out, exist_ok=True)
+    if args.pilot:
+        text = PILOTS[args.pilot](os.path.join(args.runs, "pilot"))
+        with open(os.path.join(args.out, f"pilot_{args.pilot}.md"), "w") as f:
+            f.write(text + "\n")
+        print(text)
+        return
+    if not args.report:
+        run_study(args.runs, args.arms, args.seeds)
+    print(report(args.runs, args.out, args.figures))
+
+
+# ---------------------------------------------------------------------------------- pilots
+
+EXTRA_PILOT_STEPS = 60  # the warm-up's 30 steps and 30 with regeneration
+
+
+def pilot_extra(runs: str) -> str:
+    """ExTra-R, seed 0, 60 steps: guided groups a step after the warm-up. docs/lab.md's rule:
+    at 3 numbers below one a step, the ExTra arms move to 4 numbers (measured then too)."""
+    lines = []
+    for arm in ("extra_r", "extra_r4"):
+        mean, text = _guided(arm, os.path.join(runs, f"{arm}-s0"))
+        lines += [text, ""]
+        if mean >= 1:
+            break
+    return "\n".join(lines).strip()
+
+
+def _guided(arm: str, path: str) -> tuple[float, str]:
+    from explore_rl.logs import read_metrics
+    from explore_rl.train import loop
+
+    c = arm_config(arm, 0)
+    c.train.steps, c.train.eval_every, c.train.eval_before = EXTRA_PILOT_STEPS, 0, False
+    loop.train(c, path)
+    rows = [r for r in read_metrics(path) if r["step"] > c.exploration.extra.warmup]
+    guided = [r["extra/guided_rows"] / c.rollout.group_size for r in rows]
+    hard = [r["extra/hard"] for r in rows]
+    cut = [r for r in rows if "extra/mte_chosen" in r]
+    mean = sum(guided) / len(guided)
+    numbers = c.task.countdown.inputs if c.task.name == "countdown" else 3
+    return mean, "\n".join([
+        f"ExTra-R pilot at {numbers} numbers ({ARMS[arm][0]}, seed 0, steps {rows[0]['step']}-"
+        f"{rows[-1]['step']}, after the {c.exploration.extra.warmup}-step warm-up):",
+        f"- guided groups a step: mean {mean:.2f} (min {min(guided):.0f}, max {max(guided):.0f})",
+        f"- hard groups a step (regeneration's candidates): mean {sum(hard) / len(hard):.2f}",
+        f"- steps with at least one guided group: {sum(x >= 1 for x in guided)} of {len(rows)}",
+        f"- steps that chose a prefix: {len(cut)} of {len(rows)}" + (
+            f"; its mean token entropy {_mean(cut, 'extra/mte_chosen'):.3f} against a random "
+            f"cut's {_mean(cut, 'extra/mte_random'):.3f}" if cut else ""),
+        f"- the rule (docs/lab.md), at least one a step: "
+        f"{'held' if mean >= 1 else 'not held'} at {numbers} numbers",
+    ])  # fmt: skip
+
+
+def _mean(rows: list[dict], key: str) -> float:
+    return sum(r[key] for r in rows) / len(rows)
+
+
+ASE_ALPHAS = (0.5, 1.0, 2.0, 4.0)
+ASE_KL = 0.01
+
+
+def pilot_ase(runs: str) -> str:
+    """ASE alpha: the smallest of ASE_ALPHAS whose steered routes move the rollouts by at
+    least ASE_KL nats a token over steps 10-30. Clean rows are drawn from pi_old itself (no
+    steering: their KL(mu, pi_old) is 0), so a steered token's KL is the update's mean over
+    all tokens divided by the steered routes' share of the rows (K of K + 1 routes)."""
+    from explore_rl.logs import read_metrics
+    from explore_rl.train import loop
+
+    lines = ["ASE alpha pilot (configs/ase.py:lab, seed 0, steps 10-30):", "",
+             "| alpha | KL(mu, pi_old) a token, all rows | steered rows' share | "
+             "a steered token | reward |", "|---|---|---|---|---|"]  # fmt: skip
+    chosen = None
+    for alpha in ASE_ALPHAS:
+        c = arm_config("ase", 0)
+        c.exploration.ase.alpha = alpha
+        c.train.steps, c.train.eval_every, c.train.eval_before = 30, 0, False
+        path = os.path.join(runs, f"ase-alpha{alpha:g}-s0")
+        loop.train(c, path)
+        rows = [r for r in read_metrics(path) if r["step"] >= 10]
+        kl = sum(r["policy/kl_mu_old"] for r in rows) / len(rows)
+        k, g = c.exploration.ase.k, c.rollout.group_size
+        share = _steered_share(g, k)
+        steered = kl / share
+        reward = sum(r["reward/mean"] for r in rows) / len(rows)
+        lines.append(f"| {alpha:g} | {kl:.4f} | {share:.2f} | {steered:.4f} | {reward:.3f} |")
+        if steered >= ASE_KL:
+            chosen = alpha
+            break
+    lines += ["", f"The rule (docs/lab.md): the smallest alpha with a steered token's KL >= "
+              f"{ASE_KL}: " + (f"alpha = {chosen:g}" if chosen else "none of them")]  # fmt: skip
+    return "\n".join(lines)
+
+
+def _steered_share(g: int, k: int) -> float:
+    from explore_rl.exploration.ase import routes
+
+    r = routes(g, k)
+    return float((r > 0).mean())
+
+
+PILOTS = {"extra": pilot_extra, "ase": pilot_ase}
+
+
+# ---------------------------------------------------------------------------------- report
+
+WARMUP = 30  # EDEN's and ExTra's warm-up in the lab (docs/lab.md): "after the warm-up"
+# (column, what it is): the per-run values `values` computes, in the report's order
+FINAL = (
+    ("pass@1", "Pass@1"),
+    ("pass@8", "Pass@8"),
+    ("pass@64", "Pass@64"),
+    ("worst@8", "Worst@8"),
+    ("distinct", "distinct correct responses a problem"),
+    ("other@64", "Pass@64 on the problems without a chain solution"),
+)
+TRAINING = (
+    ("reward", "reward, every step"),
+    ("zero_adv", f"zero-advantage groups after step {WARMUP}"),
+    ("entropy", "token entropy, the last 50 steps"),
+)
+
+
+def values(run) -> dict[str, float]:
+    """One run's numbers for the report: its final evaluation (eval.json and its responses)
+    and its training metrics, each named as FINAL, TRAINING and PREDICTIONS use them."""
+    m, out = run.metrics, {}
+    for k in ("pass@1", "pass@8", "pass@64", "worst@8"):
+        out[k] = run.final.get(f"eval/average/{k}")
+    out.update(_responses(run.path))
+
+    def mean(key, after=0, last=None):
+        if key not in m:
+            return None
+        series = m[key].dropna()
+        series = series[series.index > after]
+        return float((series.tail(last) if last else series).mean())
+
+    out["reward"] = mean("reward/mean")
+    out["zero_adv"] = mean("groups/zero_adv_frac", WARMUP)
+    out["entropy"] = mean("rollout/entropy", last=50)
+    out["clean_zero_adv"] = mean("eden/clean_zero_adv_frac", WARMUP)
+    out["tis_gap"] = None if "tis/mean" not in m else abs(mean("tis/mean") - 1.0)
+    if "ase/route0/reward" in m:  # steered routes' KL: the all-row mean over their share
+        from explore_rl.exploration.ase import routes
+
+        share = float(
+            (
+                routes(int(run.config["rollout.group_size"]), int(run.config["exploration.ase.k"]))
+                > 0
+            ).mean()
+        )
+        out["steered_kl"] = mean("policy/kl_mu_old") / share
+    if "extra/guided_rows" in m:
+        g = int(run.config["rollout.group_size"])
+        out["guided_groups"] = mean("extra/guided_rows", WARMUP) / g
+        out["guided_solve"] = mean("extra/guided_solve_rate")
+        if "extra/mte_chosen" in m:
+            out["mte_gap"] = mean("extra/mte_chosen") - mean("extra/mte_random")
+    if "exploration.ead.d0" in run.config:
+        out.update(_ead_schedule(run))
+    return out
+
+
+def _responses(path: str) -> dict[str, float]:
+    """From eval_responses.jsonl: distinct correct responses a problem (the mean over
+    problems) and Pass@n on the problems without a division-free chain solution (the
+    strategy SFT never showed)."""
+    from explore_rl.data import countdown
+
+    file = os.path.join(path, "eval_responses.jsonl")
+    if not os.path.exists(file):
+        return {}
+    correct: dict[str, set] = {}
+    solved: dict[str, bool] = {}
+    with open(file) as f:
+        for line in f:
+            r = json.loads(line)
+            correct.setdefault(r["question"], set())
+            if r["correct"]:
+                correct[r["question"]].add(r["response"].strip())
+    for q, answers in correct.items():
+        if countdown.chain_solution(*countdown.parse_question(q)) is None:
+            solved[q] = bool(answers)
+    return {
+        "distinct": sum(map(len, correct.values())) / len(correct),
+        "other@64": sum(solved.values()) / len(solved) if solved else None,
+    }
+
+
+def _ead_schedule(run) -> dict[str, float]:
+    """EAD's temperature of the first response token as the run drew it (its schedule, from
+    its config): at the first and last steps and the mean over steps."""
+    from explore_rl.exploration.ead import EAD
+
+    fields = [f.name for f in dataclasses.fields(EAD.Settings)]
+    given = {f: run.config[f"exploration.ead.{f}"] for f in fields}
+    ead, steps = EAD(EAD.Settings(**given), None), int(run.config["train.steps"])
+    first = [float(ead.table(1, step)[0]) for step in range(steps)]
+    return {"tau_first_start": first[0], "tau_first_end": first[-1],
+            "tau_first_mean": sum(first) / steps}  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """docs/lab.md's prediction: `key` of `arm`, minus the same seed's `base_key` (default
+    `key`) of arm `base` ("grpo": the arm's own GRPO, BASELINE; "": no difference, the
+    arm's value itself), is `direction` ("<" or ">") `threshold`."""
+
+    method: str
+    text: str
+    arm: str
+    key: str
+    direction: str = ">"
+    threshold: float = 0.0
+    base: str = "grpo"
+    base_key: str = ""
+
+
+P = Prediction
+PREDICTIONS = (
+    P("EAD", "Pass@64 above GRPO's", "ead", "pass@64"),
+    P("EAD", "Pass@64 above temperature 0.7's", "ead", "pass@64", base="cold"),
+    P("EAD", "Pass@64 above temperature 1.2's", "ead", "pass@64", base="hot"),
+    P("EAD", "Worst@8 not below GRPO's (above -0.01)", "ead", "worst@8", threshold=-0.01),
+    P("EAD", "the first token above temperature 1 (its schedule, the mean over steps)", "ead",
+      "tau_first_mean", threshold=1.0, base=""),
+    P("EAD", "mean TIS weight within 0.05 of 1", "ead", "tis_gap", "<", 0.05, base=""),
+    P("EDEN", "fewer zero-advantage groups among clean rows than GRPO's, after the warm-up",
+      "eden", "clean_zero_adv", "<", base_key="zero_adv"),
+    P("EDEN", "higher token entropy", "eden", "entropy"),
+    P("EDEN", "Pass@64 above GRPO's", "eden", "pass@64"),
+    P("ASE", "Mean@8 at least GRPO's (above -0.01; of 64 samples, as Pass@1)", "ase", "pass@1",
+      threshold=-0.01),
+    P("ASE", "steered tokens' KL(mu, pi_old) at least 0.01 nats", "ase", "steered_kl",
+      threshold=0.01, base=""),
+    P("ExTra", "at least one guided group a step", "extra4", "guided_groups", threshold=1.0,
+      base=""),
+    P("ExTra", "guided groups solve problems their own groups did not (solve rate above 0)",
+      "extra4", "guided_solve", base=""),
+    P("ExTra", "the chosen prefix's entropy below a random cut's", "extra4", "mte_gap", "<",
+      base=""),
+    P("ExTra", "Pass@64 above GRPO's", "extra4", "pass@64"),
+    P("ExTra", "more distinct correct responses than GRPO's", "extra4", "distinct"),
+)  # fmt: skip
+
+
+def judge(p: Prediction, table: dict) -> tuple[tuple, str]:
+    """(the measured mean and interval, the verdict) of prediction `p` on `table`
+    ({arm: {seed: values}})."""
+    from explore_rl import analysis
+
+    mine = {s: v.get(p.key) for s, v in table.get(p.arm, {}).items()}
+    if p.base:
+        other = table.get(BASELINE[p.arm] if p.base == "grpo" else p.base, {})
+        stats = analysis.paired(mine, {s: v.get(p.base_key or p.key) for s, v in other.items()})
+    else:
+        stats = analysis.bootstrap_interval(list(mine.values()))
+    return stats, analysis.verdict(stats, p.direction, p.threshold)
+
+
+def _cell(stats) -> str:
+    mean, low, high = stats[:3]
+    return "" if mean != mean else f"{mean:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def _header(title: str, columns) -> list[str]:
+    return ["", f"## {title}", "", "| arm | " + " | ".join(name for _, name in columns) + " |",
+            "|---|" + "---|" * len(columns)]  # fmt: skip
+
+
+def _row(arm: str, runs: dict, columns) -> str:
+    """A table row: each column's mean over the arm's seeds with its interval."""
+    from explore_rl import analysis
+
+    cells = [
+        _cell(analysis.bootstrap_interval([v.get(k) for v in runs.values()])) for k, _ in columns
+    ]
+    return f"| {arm} | " + " | ".join(cells) + " |"
+
+
+def report(runs: str, out: str, figures: str = FIGURES) -> str:
+    """`<out>/study.md` and the figures in `figures` from the runs finished so far (a run
+    counts once its final evaluation is written)."""
+    from explore_rl import analysis
+
+    done = {}
+    for name in sorted(os.listdir(runs)) if os.path.isdir(runs) else []:
+        arm, _, seed = name.rpartition("-s")
+        if arm in ARMS and os.path.exists(os.path.join(runs, name, "eval.json")):
+            done.setdefault(arm, {})[int(seed)] = analysis.load_run(os.path.join(runs, name))
+    if not done:
+        raise SystemExit(f"error: {runs}: no finished run (eval.json) yet")
+    table = {arm: {s: values(r) for s, r in seeds.items()} for arm, seeds in done.items()}
+    complete = all(len(done.get(a, {})) >= len(SEEDS) for a in STUDY)
+    seeds = {a: sorted(v) for a, v in done.items()}
+    lines = [
+        "# The lab study: results",
+        "",
+        "Written by `python results/lab_study.py` from the runs' folders; no number typed by "
+        "hand. The predictions and settings: docs/lab.md. Each cell: the mean over seeds "
+        "[its 95% percentile bootstrap interval]; differences are paired by seed.",
+        "",
+        (
+            "Every arm has its 8 seeds."
+            if complete
+            else "**A pilot, not the study**: not every arm has its 8 seeds yet (below); intervals "
+            "over fewer seeds are wide and nothing here is a finding."
+        ),
+        "",
+        "Seeds finished: "
+        + "; ".join(f"{a} {len(s)} ({','.join(map(str, s))})" for a, s in seeds.items()),
+    ]
+    lines += _header(
+        "Held out: 512 test problems x 64 samples at temperature 1, after step 300", FINAL
+    )
+    lines += [_row(arm, runs_, FINAL) for arm, runs_ in table.items()]
+    lines += _header("Against GRPO, paired by seed (arm minus its GRPO: grpo4 for 4-number arms)",
+                     (("", "seeds"), *FINAL, *TRAINING))  # fmt: skip
+    for arm, runs_ in table.items():
+        base = table.get(BASELINE[arm])
+        if arm == BASELINE[arm] or not base:
+            continue
+        cells, n = [], 0
+        for k, _ in FINAL + TRAINING:
+            stats = analysis.paired(
+                {s: v.get(k) for s, v in runs_.items()}, {s: v.get(k) for s, v in base.items()}
+            )
+            cells.append(_cell(stats))
+            n = max(n, stats[3])
+        lines.append(f"| {arm} | {n} | " + " | ".join(cells) + " |")
+    lines += _header("Training (each seed's mean, then the mean over seeds)", TRAINING)
+    lines += [_row(arm, runs_, TRAINING) for arm, runs_ in table.items()]
+    lines += [
+        "",
+        "## The predictions",
+        "",
+        "Held: the interval excludes the threshold in the predicted direction; against: "
+        'in the other; not resolved: it contains it ("at least" and "not below" GRPO: a '
+        "threshold of -0.01).",
+        "",
+        "| method | prediction | arm | measured | verdict |",
+        "|---|---|---|---|---|",
+    ]
+    for p in PREDICTIONS:
+        stats, verdict = judge(p, table)
+        lines.append(f"| {p.method} | {p.text} | {p.arm} | {_cell(stats)} | {verdict} |")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(out, "study.md"), "w") as f:
+        f.write(text)
+    _figures([r for seeds_ in done.values() for r in seeds_.values()], figures)
+    return text
+
+
+def _figures(runs, folder: str) -> None:
+    """Learning curves with seed bands, Pass@k with intervals, each method's panel."""
+    from explore_rl import analysis
+
+    for r in runs:  # labels: the folder's arm (runs of one arm are its seeds)
+        r.label = os.path.basename(r.path).rpartition("-s")[0]
+    os.makedirs(folder, exist_ok=True)
+    figures = {"curves": analysis.plot_curves(runs), "pass_at_k": analysis.plot_pass_at_k(runs)}
+    figures.update({m: analysis.plot_method(runs, m) for m in analysis.PANELS})
+    for name, fig in figures.items():
+        if fig is not None:
+            fig.savefig(os.path.join(folder, f"{name}.png"), dpi=110)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""results/lab_study.py's report on synthetic run folders: every number from the runs, each
+prediction judged by its paired interval, a partial study labelled a pilot."""
+
+import importlib.util
+import json
+import math
+import os
+import sys
+
+import pytest
+
+from explore_rl import analysis
+
+spec = importlib.util.spec_from_file_location("lab_study", "results/lab_study.py")
+study = importlib.util.module_from_spec(spec)
+sys.modules["lab_study"] = study  # its dataclasses look their module up
+spec.loader.exec_module(study)
+
+EAD = {"tau_max": 1.2, "tau_min": 0.1, "d0": 3.75, "c": 1, "first_token": 1,
+       "convention": "paper", "k": 0.0694, "at_eval": False}  # fmt: skip
+QUESTIONS = ("9 11 14 -> 27", "7 2 7 -> 14")  # no division-free chain reaches the second
+
+
+def _run(root, arm, seed, pass64, worst8, responses, tis=None):
+    path = root / f"{arm}-s{seed}"
+    os.makedirs(path)
+    config = {"seed": seed, "train": {"steps": 300}, "rollout": {"max_new_tokens": 64}}
+    rows = [{"step": s, "reward/mean": 0.2, "groups/zero_adv_frac": 0.4,
+             "rollout/entropy": 0.5} for s in range(1, 301)]  # fmt: skip
+    if arm == "ead":
+        config["exploration"] = {"methods": ["ead"], "ead": EAD}
+        for r in rows:
+            r["tis/mean"] = tis
+    (path / "config.json").write_text(json.dumps(config))
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    final = {"step": 300, "eval/average/pass@1": 0.2, "eval/average/pass@8": 0.5,
+             "eval/average/pass@64": pass64, "eval/average/worst@8": worst8}  # fmt: skip
+    (path / "eval.json").write_text(json.dumps(final))
+    lines = [{"question": q, "response": r, "extracted": None, "correct": ok}
+             for q, r, ok in responses]  # fmt: skip
+    (path / "eval_responses.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def test_the_report_judges_each_prediction_from_the_runs(tmp_path):
+    runs = tmp_path / "runs"
+    chain, other = QUESTIONS
+    for seed in range(3):
+        base = 0.6 + 0.1 * seed  # seeds differ more than the arms do: pairing resolves it
+        _run(runs, "grpo", seed, base, 0.10,
+             [(chain, "a", True), (chain, "a ", True), (other, "x", False)])  # fmt: skip
+        _run(runs, "ead", seed, base + 0.02, 0.10 - 0.05 - 0.01 * seed,
+             [(chain, "a", True), (chain, "b", True), (other, "y", True)], tis=1.01)  # fmt: skip
+    os.makedirs(runs / "cold-s0")  # unfinished: no eval.json, not counted
+    text = study.report(str(runs), str(tmp_path), str(tmp_path / "figures"))
+    assert text == (tmp_path / "study.md").read_text()
+    assert "**A pilot, not the study**" in text  # 3 seeds of 2 arms
+    assert "Seeds finished: ead 3 (0,1,2); grpo 3 (0,1,2)" in text
+    verdicts = {
+        line.split(" | ")[1]: line.split(" | ")[-1].rstrip(" |")
+        for line in text.splitlines()
+        if line.startswith("| EAD |")
+    }
+    assert verdicts["Pass@64 above GRPO's"] == "held"  # +0.02 on every seed
+    assert verdicts["Pass@64 above temperature 0.7's"] == "not measured"  # no cold run
+    assert verdicts["Worst@8 not below GRPO's (above -0.01)"] == "against"  # -0.05..-0.07
+    assert verdicts["mean TIS weight within 0.05 of 1"] == "held"
+    # the lab's EAD schedule: the first token at 0.1 at step 1, hot (1.19) by step 300
+    ead = study.values(analysis.load_run(str(runs / "ead-s0")))
+    assert ead["tau_first_start"] == pytest.approx(0.1)
+    hot = 1.0 + 1.2 - math.exp(1 / (0.0694 * (3.75 + 5 * 300)))  # t = 1 at step s = 300
+    assert ead["tau_first_end"] == pytest.approx(hot, rel=1e-5) and hot > 1.18
+    # distinct correct responses a problem: "a" twice (one stripped) / 2 problems; the
+    # problem without a chain solution solved by EAD only
+    assert ead["distinct"] == pytest.approx(3 / 2) and ead["other@64"] == 1.0
+    grpo = study.values(analysis.load_run(str(runs / "grpo-s0")))
+    assert grpo["distinct"] == pytest.approx(1 / 2) and grpo["other@64"] == 0.0
+    assert sorted(os.listdir(tmp_path / "figures")) == ["curves.png", "ead.png", "pass_at_k.png"]
