@@ -87,6 +87,7 @@ def train_and_evaluate(c, path: str) -> None:
         return
     e = c.copy_and_resolve_references()
     e.eval.checkpoint, e.eval.samples, e.eval.num_prompts = path, FINAL_SAMPLES, 0
+    e.eval.diversity = True  # distinct-4, Self-BLEU, MiniLM LogDet of correct responses
     run_eval(e, path)
 
 
@@ -233,8 +234,11 @@ FINAL = (
     ("worst@8", "Worst@8"),
     ("distinct", "distinct correct responses a problem"),
     ("other@64", "Pass@64 on the problems without a chain solution"),
+    ("distinct4", "distinct-4 of correct responses"),
+    ("logdet", "LogDet of correct responses"),
 )
 TRAINING = (
+    ("base_pass8", "the base model's Pass@8 (step 0, 8 samples)"),
     ("reward", "reward, every step"),
     ("zero_adv", f"zero-advantage groups after step {WARMUP}"),
     ("entropy", "token entropy, the last 50 steps"),
@@ -245,7 +249,7 @@ def values(run) -> dict[str, float]:
     """One run's numbers for the report: its final evaluation (eval.json and its responses)
     and its training metrics, each named as FINAL, TRAINING and PREDICTIONS use them."""
     m, out = run.metrics, {}
-    for k in ("pass@1", "pass@8", "pass@64", "worst@8"):
+    for k in ("pass@1", "pass@8", "pass@64", "worst@8", "distinct4", "logdet"):
         out[k] = run.final.get(f"eval/average/{k}")
     out.update(_responses(run.path))
 
@@ -256,6 +260,8 @@ def values(run) -> dict[str, float]:
         series = series[series.index > after]
         return float((series.tail(last) if last else series).mean())
 
+    if 0 in m.index and "eval/average/pass@8" in m:  # train.eval_before: the base model
+        out["base_pass8"] = float(m.loc[0, "eval/average/pass@8"])
     out["reward"] = mean("reward/mean")
     out["zero_adv"] = mean("groups/zero_adv_frac", WARMUP)
     out["entropy"] = mean("rollout/entropy", last=50)
