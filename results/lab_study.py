@@ -267,16 +267,8 @@ def values(run) -> dict[str, float]:
     out["entropy"] = mean("rollout/entropy", last=50)
     out["clean_zero_adv"] = mean("eden/clean_zero_adv_frac", WARMUP)
     out["tis_gap"] = None if "tis/mean" not in m else abs(mean("tis/mean") - 1.0)
-    if "ase/route0/reward" in m:  # steered routes' KL: the all-row mean over their share
-        from explore_rl.exploration.ase import routes
-
-        share = float(
-            (
-                routes(int(run.config["rollout.group_size"]), int(run.config["exploration.ase.k"]))
-                > 0
-            ).mean()
-        )
-        out["steered_kl"] = mean("policy/kl_mu_old") / share
+    if "exploration.ase.k" in run.config and "ase/updates" in m:
+        out["steered_kl"] = _steered_kl(run, mean)
     if "extra/guided_rows" in m:
         g = int(run.config["rollout.group_size"])
         out["guided_groups"] = mean("extra/guided_rows", WARMUP) / g
@@ -286,6 +278,21 @@ def values(run) -> dict[str, float]:
     if "exploration.ead.d0" in run.config:
         out.update(_ead_schedule(run))
     return out
+
+
+def _steered_kl(run, mean) -> float | None:
+    """KL(mu, pi_old) per steered token, from the first step that steered: every row under
+    unstructured routing, else the bank's routes from the step after its first update (a
+    clean row's KL is 0: the all-row mean over the steered rows' share)."""
+    c = run.config
+    if c["exploration.ase.routing"] == "unstructured":
+        return mean("policy/kl_mu_old")
+    updated = run.metrics["ase/updates"].dropna()
+    updated = updated[updated > 0]
+    if updated.empty:
+        return None
+    share = _steered_share(int(c["rollout.group_size"]), int(c["exploration.ase.k"]))
+    return mean("policy/kl_mu_old", int(updated.index[0])) / share
 
 
 def _responses(path: str) -> dict[str, float]:

@@ -31,6 +31,12 @@ def _run(root, arm, seed, pass64, worst8, responses, tis=None):
         config["exploration"] = {"methods": ["ead"], "ead": EAD}
         for r in rows:
             r["tis/mean"] = tis
+    if arm == "ase":  # the bank's first update at step 3: steering from step 4, 6 rows of 8
+        config["exploration"] = {"methods": ["ase"], "ase": {"k": 3, "routing": "bank"}}
+        config["rollout"]["group_size"] = 8
+        for r in rows:
+            r["ase/updates"] = int(r["step"] >= 3)
+            r["policy/kl_mu_old"] = 0.0 if r["step"] <= 3 else 0.0075
     (path / "config.json").write_text(json.dumps(config))
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     final = {"step": 300, "eval/average/pass@1": 0.2, "eval/average/pass@8": 0.5,
@@ -50,20 +56,25 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path):
              [(chain, "a", True), (chain, "a ", True), (other, "x", False)])  # fmt: skip
         _run(runs, "ead", seed, base + 0.02, 0.10 - 0.05 - 0.01 * seed,
              [(chain, "a", True), (chain, "b", True), (other, "y", True)], tis=1.01)  # fmt: skip
+        _run(runs, "ase", seed, base, 0.10, [(chain, "a", True)])
     os.makedirs(runs / "cold-s0")  # unfinished: no eval.json, not counted
     text = study.report(str(runs), str(tmp_path), str(tmp_path / "figures"))
     assert text == (tmp_path / "study.md").read_text()
     assert "**A pilot, not the study**" in text  # 3 seeds of 2 arms
-    assert "Seeds finished: ead 3 (0,1,2); grpo 3 (0,1,2)" in text
+    assert "Seeds finished: ase 3 (0,1,2); ead 3 (0,1,2); grpo 3 (0,1,2)" in text
     verdicts = {
         line.split(" | ")[1]: line.split(" | ")[-1].rstrip(" |")
         for line in text.splitlines()
-        if line.startswith("| EAD |")
+        if line.startswith(("| EAD |", "| ASE |"))
     }
     assert verdicts["Pass@64 above GRPO's"] == "held"  # +0.02 on every seed
     assert verdicts["Pass@64 above temperature 0.7's"] == "not measured"  # no cold run
     assert verdicts["Worst@8 not below GRPO's (above -0.01)"] == "against"  # -0.05..-0.07
     assert verdicts["mean TIS weight within 0.05 of 1"] == "held"
+    # KL a steered token: 0.0075 over all rows once steering began, over 6 of 8 rows: 0.01
+    ase = study.values(analysis.load_run(str(runs / "ase-s0")))
+    assert ase["steered_kl"] == pytest.approx(0.01)
+    assert verdicts["Mean@8 at least GRPO's (above -0.01; of 64 samples, as Pass@1)"] == "held"
     # the lab's EAD schedule: the first token at 0.1 at step 1, hot (1.19) by step 300
     ead = study.values(analysis.load_run(str(runs / "ead-s0")))
     assert ead["tau_first_start"] == pytest.approx(0.1)
