@@ -36,24 +36,27 @@ def lab_config(steps: int = 2, train_size: int = 64):
     return c
 
 
-def nll_by_hand(params, cfg, tok, problems, prompt_format, with_prompt=False) -> float:
-    """Mean -log p of the response tokens (solution and EOS) of each example, each row
-    run alone, unpadded, through the plain forward pass; `with_prompt`: of every token
-    after the first (a plain language-model loss)."""
-    total, count = 0.0, 0
+def nll_by_hand(params, cfg, tok, problems, prompt_format) -> tuple[float, float]:
+    """Mean -log p of the response tokens (solution and EOS) of each example, through the
+    plain forward pass of every row at once, right-padded (causal: a row's logits do not
+    see its padding; the SFT step left-pads prompts in micro-batches); and of every token
+    after the first (a plain language-model loss), from the same pass."""
+    rows = []
     for p in problems:
         prompt = tok.encode(prompt_format.text(tok, p.question, p.messages))
-        response = tok.encode(p.solution) + [tok.eos_id]
-        ids = prompt + response
-        n = len(ids)
-        out = transformer.forward(
-            params, cfg, jnp.asarray([ids]), jnp.arange(n)[None], jnp.ones((1, n), bool)
-        )
-        logp = jax.nn.log_softmax(out.logits[0].astype(jnp.float32), axis=-1)
-        first = 1 if with_prompt else len(prompt)
-        picked = logp[jnp.arange(first - 1, n - 1), jnp.asarray(ids[first:])]
-        total, count = total - float(picked.sum()), count + n - first
-    return total / count
+        rows.append((prompt + tok.encode(p.solution) + [tok.eos_id], len(prompt)))
+    width = max(len(ids) for ids, _ in rows)
+    ids = jnp.asarray([r + [0] * (width - len(r)) for r, _ in rows])
+    mask = jnp.asarray([[i < len(r) for i in range(width)] for r, _ in rows])
+    positions = jnp.broadcast_to(jnp.arange(width), ids.shape)
+    logits = transformer.forward(params, cfg, ids, positions, mask).logits
+    logp = np.asarray(jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1), np.float64)
+    totals, counts = [0.0, 0.0], [0, 0]
+    for row, (r, prompt_len) in zip(logp, rows):
+        for i, first in enumerate((prompt_len, 1)):
+            totals[i] -= sum(row[t - 1, r[t]] for t in range(first, len(r)))
+            counts[i] += len(r) - first
+    return totals[0] / counts[0], totals[1] / counts[1]
 
 
 def test_the_loss_is_the_nll_of_the_response_tokens_only(tmp_path):
@@ -65,13 +68,12 @@ def test_the_loss_is_the_nll_of_the_response_tokens_only(tmp_path):
     _, metrics, _ = sft.sft_step(run, ex, progress)
     drawn = steps.stream(list(range(len(ex.problems))), spec.seed, 0, spec.sft.batch_size)
     problems = [ex.problems[i] for i in drawn]
-    expected = nll_by_hand(params, run.cfg, run.tok, problems, spec.prompt)
+    expected, everything = nll_by_hand(params, run.cfg, run.tok, problems, spec.prompt)
     # two computations of other shapes (two padded micro-batches vs a row at a time):
     # their float32 sums agree to rounding of the size of the loss
     assert_float32_close(metrics["train/loss"], expected, scale=expected)
     # and not the loss over the prompt tokens too, which a plain language-model loss takes:
     # that one is further from it than ten times the bound the two computations meet
-    everything = nll_by_hand(params, run.cfg, run.tok, problems, spec.prompt, with_prompt=True)
     assert abs(everything - metrics["train/loss"]) > 10 * 256 * 2**-23 * expected
 
 
