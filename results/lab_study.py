@@ -387,9 +387,14 @@ def judge(p: Prediction, table: dict) -> tuple[tuple, str]:
     if p.base:
         other = table.get(BASELINE[p.arm] if p.base == "grpo" else p.base, {})
         stats = analysis.paired(mine, {s: v.get(p.base_key or p.key) for s, v in other.items()})
+        n = stats[3]
     else:
         stats = analysis.bootstrap_interval(list(mine.values()))
-    return stats, analysis.verdict(stats, p.direction, p.threshold)
+        n = sum(v is not None for v in mine.values())
+    verdict = analysis.verdict(stats, p.direction, p.threshold)
+    if 0 < n < len(SEEDS) and verdict != "not measured":  # docs/lab.md: 8 seeds an arm
+        return stats, f"not judged ({n} of {len(SEEDS)} seeds)"
+    return stats, verdict
 
 
 def _cell(stats) -> str:

@@ -11,7 +11,10 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import jax  # noqa: E402
+
 from explore_rl import caching  # noqa: E402
+from explore_rl.models import transformer  # noqa: E402
 
 # Compiled programs are shared with the CLI subprocesses and later runs of the suite.
 caching.enable_compilation_cache()
@@ -101,6 +104,11 @@ def embedded_model(embedded_gguf):
 
 
 F32_EPS = float(np.finfo(np.float32).eps)  # 2**-23: float32's rounding unit at 1
+
+
+# `transformer.forward` as one compiled program, for a test's reference pass (op by op
+# every op compiles for every shape: seconds a pass on 2 cores)
+forward = jax.jit(transformer.forward, static_argnums=1)
 
 
 def assert_float32_close(actual, desired, *, scale=None, ulps=256, err_msg=""):

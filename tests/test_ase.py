@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close, run_main
+from conftest import assert_float32_close, forward, run_main
 from test_sampler import G, Q, T, logit_scale, tiny  # noqa: F401
 
 from configs import ase as ase_config
@@ -188,8 +188,8 @@ def test_a_steered_block_output_moves_by_exactly_alpha_v(tiny):  # noqa: F811
     pos = transformer.positions_from_mask(pmask)
     for layer in (0, 1):
         iv = transformer.Interventions(readout_layer=layer)
-        clean = transformer.forward(params, cfg, prompts, pos, pmask, interventions=iv)
-        steered = transformer.forward(
+        clean = forward(params, cfg, prompts, pos, pmask, interventions=iv)
+        steered = forward(
             params,
             cfg,
             prompts,
@@ -244,7 +244,7 @@ def test_clean_route_rows_sample_exactly_as_without_ase_and_tis_uses_the_steered
     p = np.asarray(prompts[b // G])[np.asarray(pmask[b // G])]
     seq = jnp.asarray(np.concatenate([p, np.asarray(r.tokens[b])]))[None]
     iv = transformer.Interventions(steer=steered_plan.interventions.steer[b : b + 1], steer_layer=1)
-    logits = transformer.forward(
+    logits = forward(
         params, cfg, seq, jnp.arange(seq.shape[1])[None], jnp.ones_like(seq, bool), interventions=iv
     ).logits[0][len(p) - 1 : -1]
     mu_ref = np.asarray(jax.nn.log_softmax(logits))[np.arange(T), np.asarray(r.tokens[b])]
@@ -287,7 +287,7 @@ def test_the_replayed_readout_equals_a_full_forward(tiny, position):  # noqa: F8
             p = np.asarray(prompts[row // G])[np.asarray(pmask[row // G])]
             n = int(lengths[row])
             seq = jnp.asarray(np.concatenate([p, np.asarray(tokens[row])[:n]]))[None]
-            full = transformer.forward(
+            full = forward(
                 params,
                 cfg,
                 seq,

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close, run_main
+from conftest import assert_float32_close, forward, run_main
 
 from configs import extra as extra_config
 from explore_rl import config as config_lib
@@ -17,7 +17,7 @@ from explore_rl import testing
 from explore_rl.exploration import base, extra
 from explore_rl.hoststate import HostState
 from explore_rl.logs import read_metrics
-from explore_rl.models import minilm, transformer
+from explore_rl.models import minilm
 from explore_rl.modes import eval as eval_mode
 from explore_rl.rewards.math import Verifier
 from explore_rl.rl.train_step import score
@@ -262,7 +262,7 @@ def test_guided_rows_use_their_own_answer_and_carry_no_prefix_loss(monkeypatch, 
     )
     resp = np.asarray(batch.tokens[b])[np.asarray(batch.mask[b])]
     seq = jnp.asarray(np.concatenate([row, resp]))[None]
-    full = transformer.forward(
+    full = forward(
         progress.state.params,
         run.cfg,
         seq,

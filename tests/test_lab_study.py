@@ -47,7 +47,7 @@ def _run(root, arm, seed, pass64, worst8, responses, tis=None):
     (path / "eval_responses.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
 
 
-def test_the_report_judges_each_prediction_from_the_runs(tmp_path):
+def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
     runs = tmp_path / "runs"
     chain, other = QUESTIONS
     for seed in range(3):
@@ -60,6 +60,10 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path):
     os.makedirs(runs / "cold-s0")  # unfinished: no eval.json, not counted
     text = study.report(str(runs), str(tmp_path), str(tmp_path / "figures"))
     assert text == (tmp_path / "study.md").read_text()
+    # fewer seeds than the study's 8: intervals shown, nothing judged
+    assert "| EAD | Pass@64 above GRPO's | ead | 0.020 [0.020, 0.020] | not judged (3 of 8" in text
+    monkeypatch.setattr(study, "SEEDS", (0, 1, 2))  # as if the study had 3 seeds an arm
+    text = study.report(str(runs), str(tmp_path), str(tmp_path / "figures"))
     assert "**A pilot, not the study**" in text  # 3 seeds of 2 arms
     assert "Seeds finished: ase 3 (0,1,2); ead 3 (0,1,2); grpo 3 (0,1,2)" in text
     verdicts = {

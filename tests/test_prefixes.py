@@ -3,19 +3,17 @@ reward sees prefix + response, the update scores the response tokens only; probl
 stable ids."""
 
 import dataclasses
-import functools
 import hashlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close
+from conftest import assert_float32_close, forward
 
 from configs import grpo
 from explore_rl import config as config_lib
 from explore_rl.data.tasks import Problem
-from explore_rl.models import transformer
 from explore_rl.rewards.math import Verifier
 from explore_rl.rl import rollout
 from explore_rl.rl.plan import base_plan
@@ -71,12 +69,6 @@ def test_the_prompt_row_ends_with_the_prefix_and_rewards_see_it(guided):
     assert (np.asarray(ro.out.mask).sum(axis=1) == 6).all()  # response tokens only
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def _forward(params, cfg, tokens, positions, mask):
-    """The plain forward pass's logits as one program (op by op: ~10 s more on 2 cores)."""
-    return transformer.forward(params, cfg, tokens, positions, mask).logits[0]
-
-
 def test_mu_and_the_update_score_only_the_response_after_the_prefix(guided):
     params, cfg, tok, ro, prefix, g, _ = guided
     logp, _ = score(
@@ -91,9 +83,9 @@ def test_mu_and_the_update_score_only_the_response_after_the_prefix(guided):
         p = ro.prompts[b // g][ro.prompt_mask[b // g]]
         response = np.asarray(ro.out.tokens[b])
         seq = jnp.asarray(np.concatenate([p, response]))[None]
-        logits = _forward(
+        logits = forward(
             params, cfg, seq, jnp.arange(seq.shape[1])[None], jnp.ones_like(seq, bool)
-        )
+        ).logits[0]
         full = jax.nn.log_softmax(logits)[len(p) - 1 : -1]
         ref = np.asarray(full[jnp.arange(len(response)), response])
         scale = float(jnp.abs(logits[len(p) - 1 : -1]).max())  # what the log-probs come from

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.stats
-from conftest import assert_float32_close, left_padded_batch
+from conftest import assert_float32_close, forward, left_padded_batch
 
 from explore_rl.models import presets, transformer
 from explore_rl.models.transformer import Interventions
@@ -31,9 +31,9 @@ def response_logits(params, cfg, prompt, pmask, tokens, rmask):
     for p, pm, r, rm in zip(*map(np.asarray, (prompt, pmask, tokens, rmask))):
         seq = np.concatenate([p[pm], r[rm]])
         x = jnp.asarray(seq)[None]
-        logits = transformer.forward(
-            params, cfg, x, jnp.arange(len(seq))[None], jnp.ones_like(x, bool)
-        ).logits[0]
+        logits = forward(params, cfg, x, jnp.arange(len(seq))[None], jnp.ones_like(x, bool)).logits[
+            0
+        ]
         n = int(pm.sum())
         row = np.zeros((r.shape[0], cfg.vocab_size), np.float32)
         row[: rm.sum()] = np.asarray(logits[n - 1 : n - 1 + rm.sum()])
@@ -50,7 +50,7 @@ def logit_scale(params, cfg, prompts, pmask, tokens, mask, temperature=1.0, inte
     seq = jnp.concatenate([jnp.asarray(prompts), jnp.asarray(tokens)], 1)
     seen = jnp.concatenate([jnp.asarray(pmask, bool), jnp.asarray(mask, bool)], 1)
     pos = transformer.positions_from_mask(seen)
-    logits = transformer.forward(params, cfg, seq, pos, seen, None, interventions).logits
+    logits = forward(params, cfg, seq, pos, seen, None, interventions).logits
     n, t = prompts.shape[1], tokens.shape[1]
     z = np.abs(np.asarray(logits[:, n - 1 : n - 1 + t])).max(-1)  # predicts response token t
     tau = np.broadcast_to(np.asarray(temperature, np.float32), z.shape)
@@ -159,7 +159,7 @@ def test_token_frequencies_match_softmax(tiny, tau, top_p):
         SamplingConfig(1, top_p=top_p),
     )
     counts = np.bincount(np.asarray(r.tokens[:, 0]), minlength=cfg.vocab_size)
-    logits = transformer.forward(
+    logits = forward(
         params, cfg, prompts[:1], transformer.positions_from_mask(pmask[:1]), pmask[:1]
     ).logits[0, -1]
     expected = n * np.exp(reference_truncated_logprob(np.asarray(logits), tau, top_p, 0))
@@ -354,7 +354,7 @@ def test_readout_matches_full_forward(tiny):
     for b in range(Q):
         n = int(pmask[b].sum())
         seq = jnp.concatenate([prompts[b][pmask[b]], r.tokens[b]])[None]
-        ref = transformer.forward(
+        ref = forward(
             params,
             cfg,
             seq,

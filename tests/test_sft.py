@@ -9,13 +9,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close
+from conftest import assert_float32_close, forward
 
 from configs import grpo
 from explore_rl import config as config_lib
 from explore_rl import testing
 from explore_rl.data import lab, tasks
-from explore_rl.models import transformer
 from explore_rl.train import loop, sft, steps
 
 pytestmark = pytest.mark.usefixtures("highest_precision")
@@ -49,7 +48,7 @@ def nll_by_hand(params, cfg, tok, problems, prompt_format) -> tuple[float, float
     ids = jnp.asarray([r + [0] * (width - len(r)) for r, _ in rows])
     mask = jnp.asarray([[i < len(r) for i in range(width)] for r, _ in rows])
     positions = jnp.broadcast_to(jnp.arange(width), ids.shape)
-    logits = transformer.forward(params, cfg, ids, positions, mask).logits
+    logits = forward(params, cfg, ids, positions, mask).logits
     logp = np.asarray(jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1), np.float64)
     totals, counts = [0.0, 0.0], [0, 0]
     for row, (r, prompt_len) in zip(logp, rows):

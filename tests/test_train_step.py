@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close, left_padded_batch
+from conftest import assert_float32_close, forward, left_padded_batch
 from test_sampler import logit_scale
 
 from explore_rl.models import presets, transformer
@@ -64,9 +64,9 @@ def test_score_equals_full_forward_and_sampler(tiny):
     p = np.asarray(prompts[b // G])[np.asarray(pmask[b // G])]
     seq = jnp.asarray(np.concatenate([p, np.asarray(r.tokens[b])]))[None]
     full = jax.nn.log_softmax(
-        transformer.forward(
-            params, cfg, seq, jnp.arange(seq.shape[1])[None], jnp.ones_like(seq, bool)
-        ).logits[0]
+        forward(params, cfg, seq, jnp.arange(seq.shape[1])[None], jnp.ones_like(seq, bool)).logits[
+            0
+        ]
     )
     ref = full[len(p) - 1 : -1][jnp.arange(T), r.tokens[b]]
     assert_float32_close(np.asarray(logp[b])[m[b]], np.asarray(ref)[m[b]], scale=scale)
@@ -96,7 +96,7 @@ def test_score_temperature_is_the_sampler_tempered_policy(tiny):
     b = 2
     p = np.asarray(prompts[b // G])[np.asarray(pmask[b // G])]
     seq = jnp.asarray(np.concatenate([p, np.asarray(r.tokens[b])]))[None]
-    logits = transformer.forward(
+    logits = forward(
         params, cfg, seq, jnp.arange(seq.shape[1])[None], jnp.ones_like(seq, bool)
     ).logits[0][len(p) - 1 : -1]
     ref = jax.nn.log_softmax(logits / t)
