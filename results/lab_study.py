@@ -81,14 +81,24 @@ def train_and_evaluate(c, path: str) -> None:
     from explore_rl.modes.eval import run_eval
     from explore_rl.train import loop
 
-    loop.train(c, path)
-    done = os.path.join(path, "eval.json")
-    if os.path.exists(done) and json.load(open(done))["step"] == c.train.steps:
+    loop.train(c, path)  # a stop signal raises here: no evaluation of a part of a run
+    if _evaluated(path):
         return
     e = c.copy_and_resolve_references()
     e.eval.checkpoint, e.eval.samples, e.eval.num_prompts = path, FINAL_SAMPLES, 0
     e.eval.diversity = True  # distinct-4, Self-BLEU, MiniLM LogDet of correct responses
     run_eval(e, path)
+
+
+def _evaluated(path: str) -> bool:
+    """The run in `path` has its final evaluation: eval.json of its last step."""
+    try:
+        with open(os.path.join(path, "eval.json")) as f:
+            step = json.load(f)["step"]
+        with open(os.path.join(path, "config.json")) as f:
+            return step == json.load(f)["train"]["steps"]
+    except FileNotFoundError:
+        return False
 
 
 def run_study(runs: str, arms: list[str], seeds: list[int]) -> list[str]:
@@ -425,7 +435,7 @@ def report(runs: str, out: str, figures: str = FIGURES) -> str:
     done = {}
     for name in sorted(os.listdir(runs)) if os.path.isdir(runs) else []:
         arm, _, seed = name.rpartition("-s")
-        if arm in ARMS and os.path.exists(os.path.join(runs, name, "eval.json")):
+        if arm in ARMS and _evaluated(os.path.join(runs, name)):
             done.setdefault(arm, {})[int(seed)] = analysis.load_run(os.path.join(runs, name))
     if not done:
         raise SystemExit(f"error: {runs}: no finished run (eval.json) yet")

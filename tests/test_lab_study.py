@@ -58,6 +58,9 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
              [(chain, "a", True), (chain, "b", True), (other, "y", True)], tis=1.01)  # fmt: skip
         _run(runs, "ase", seed, base, 0.10, [(chain, "a", True)])
     os.makedirs(runs / "cold-s0")  # unfinished: no eval.json, not counted
+    _run(runs, "hot", 0, 0.9, 0.5, [(chain, "a", True)])  # an evaluation of step 150 of 300
+    final = json.loads((runs / "hot-s0" / "eval.json").read_text())
+    (runs / "hot-s0" / "eval.json").write_text(json.dumps({**final, "step": 150}))
     text = study.report(str(runs), str(tmp_path), str(tmp_path / "figures"))
     assert text == (tmp_path / "study.md").read_text()
     # fewer seeds than the study's 8: intervals shown, nothing judged
