@@ -101,15 +101,13 @@ def _evaluated(path: str) -> bool:
         return False
 
 
-def run_study(runs: str, arms: list[str], seeds: list[int]) -> list[str]:
-    paths = []
+def run_study(runs: str, arms: list[str], seeds: list[int]) -> None:
+    """Every arm's seed, seed by seed, in `runs/<arm>-s<seed>`."""
     for seed in seeds:
         for arm in arms:
             path = os.path.join(runs, f"{arm}-s{seed}")
             print(f"== {path}", flush=True)
             train_and_evaluate(arm_config(arm, seed), path)
-            paths.append(path)
-    return paths
 
 
 def main(argv=None) -> None:
