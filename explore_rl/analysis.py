@@ -56,7 +56,7 @@ WINDOW = 3
 # method -> the metrics of its panel (prefix matches, e.g. every ASE route's reward)
 PANELS = {
     "ead": ("rollout/temperature", "tis/mean", "policy/kl_mu_old"),
-    "eden": ("eden/reward_noisy", "eden/reward_clean", "eden/kept_frac", "eden/clean_zero_adv"),
+    "eden": ("eden/reward_noisy", "eden/reward_clean", "eden/kept_frac", "eden/clean_"),
     "ase": ("ase/alignment", "ase/inter_cosine", "ase/share_", "ase/route"),
     "extra": ("extra/queue", "extra/novelty_mean", "extra/guided_", "extra/hard", "extra/mte_"),
 }

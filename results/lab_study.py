@@ -274,6 +274,7 @@ def values(run) -> dict[str, float]:
     out["zero_adv"] = mean("groups/zero_adv_frac", WARMUP)
     out["entropy"] = mean("rollout/entropy", last=50)
     out["clean_zero_adv"] = mean("eden/clean_zero_adv_frac", WARMUP)
+    out["clean_entropy"] = mean("eden/clean_entropy", last=50)
     out["tis_gap"] = None if "tis/mean" not in m else abs(mean("tis/mean") - 1.0)
     if "exploration.ase.k" in run.config and "ase/updates" in m:
         out["steered_kl"] = _steered_kl(run, mean)
@@ -369,7 +370,8 @@ PREDICTIONS = (
     P("EAD", "mean TIS weight within 0.05 of 1", "ead", "tis_gap", "<", 0.05, base=""),
     P("EDEN", "fewer zero-advantage groups among clean rows than GRPO's, after the warm-up",
       "eden", "clean_zero_adv", "<", base_key="zero_adv"),
-    P("EDEN", "higher token entropy", "eden", "entropy"),
+    P("EDEN", "higher clean-row token entropy (the last 50 steps)", "eden", "clean_entropy",
+      base_key="entropy"),
     P("EDEN", "Pass@64 above GRPO's", "eden", "pass@64"),
     P("ASE", "Mean@8 at least GRPO's (above -0.01; of 64 samples, as Pass@1)", "ase", "pass@1",
       threshold=-0.01),

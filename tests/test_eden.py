@@ -119,7 +119,10 @@ def _rollouts(rewards, noisy):
     rewards = np.asarray(rewards, np.float32)
     q, g = rewards.shape
     plan = SimpleNamespace(info={"eden": {"noisy": np.asarray(noisy), "anchor": np.zeros(q, int)}})
-    return SimpleNamespace(rewards=rewards, plan=plan)
+    # row r's first token has entropy r, its second is padding (entropy 100, masked out)
+    entropy = np.stack([np.arange(q * g, dtype=np.float32), np.full(q * g, 100.0)], axis=1)
+    out = SimpleNamespace(entropy=entropy, mask=np.tile([True, False], (q * g, 1)))
+    return SimpleNamespace(rewards=rewards, plan=plan, out=out)
 
 
 def test_filter_keeps_the_top_fraction_and_scales_only_kept_rows():
@@ -148,6 +151,7 @@ def test_filter_keeps_the_top_fraction_and_scales_only_kept_rows():
     assert s.metrics["reward_noisy"] == 0.5
     assert s.metrics["reward_clean"] == pytest.approx(5 / 12)
     assert s.metrics["clean_zero_adv_frac"] == 0.5  # groups 1 and 2 without their noisy row
+    assert s.metrics["clean_entropy"] == (120 - (3 + 7 + 11 + 15)) / 12  # rows 0-15 but noisy
 
 
 def test_screen_keeps_viable_candidates_in_drawn_order(monkeypatch, caplog):

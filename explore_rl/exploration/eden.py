@@ -284,12 +284,15 @@ def shape_metrics(rollouts, noisy, kept, n_noisy: int) -> dict[str, float]:
     q, g = rollouts.rewards.shape
     rewards = rollouts.rewards.reshape(-1)
     clean = rewards.reshape(q, g)[:, : g - n_noisy]
+    entropy, mask = np.asarray(rollouts.out.entropy), np.asarray(rollouts.out.mask)
     out = {
         "reward_noisy": float(rewards[noisy].mean()) if noisy.any() else float("nan"),
         "reward_clean": float(rewards[~noisy].mean()),
         "kept_frac": float(kept.sum() / max(noisy.sum(), 1)),
         # groups the clean rows alone would leave without signal
         "clean_zero_adv_frac": float(np.mean(zero_advantage_groups(clean))),
+        # the policy's own spread, without the noisy rows' (their anchor perturbs it)
+        "clean_entropy": float(entropy[~noisy][mask[~noisy]].mean()),
     }
     per_prompt = kept.reshape(q, g).sum(axis=1)
     for k in range(n_noisy + 1):
