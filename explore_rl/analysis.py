@@ -145,8 +145,12 @@ def groups(runs: list[Run]) -> dict[str, list[Run]]:
     return out
 
 
+def _finite(x) -> bool:
+    return x is not None and bool(np.isfinite(x))
+
+
 def _mean_sd(values: list[float]) -> tuple[float, float, int]:
-    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], float)
+    v = np.asarray([x for x in values if _finite(x)], float)
     if not len(v):
         return float("nan"), float("nan"), 0
     return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0, len(v)
@@ -159,7 +163,7 @@ def bootstrap_interval(
     interval at `level` (Efron & Tibshirani 1993, ch. 13: resample the values with
     replacement, take the quantiles of the resamples' means). Of paired differences (an
     arm's seed minus the baseline's same seed) it is the paired bootstrap. NaN with none."""
-    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], float)
+    v = np.asarray([x for x in values if _finite(x)], float)
     if not len(v):
         return float("nan"), float("nan"), float("nan")
     means = v[np.random.default_rng(seed).integers(0, len(v), (resamples, len(v)))].mean(1)
@@ -170,9 +174,7 @@ def bootstrap_interval(
 def paired(arm: dict[int, float], baseline: dict[int, float], **kwargs):
     """(mean, low, high, n) of arm minus baseline over the seeds both have (`{seed: value}`),
     the interval a paired bootstrap's (`bootstrap_interval`)."""
-    seeds = sorted(
-        s for s in set(arm) & set(baseline) if arm[s] is not None and baseline[s] is not None
-    )
+    seeds = sorted(s for s in set(arm) & set(baseline) if _finite(arm[s]) and _finite(baseline[s]))
     return (*bootstrap_interval([arm[s] - baseline[s] for s in seeds], **kwargs), len(seeds))
 
 

@@ -91,13 +91,15 @@ def train_and_evaluate(c, path: str) -> None:
 
 
 def _evaluated(path: str) -> bool:
-    """The run in `path` has its final evaluation: eval.json of its last step."""
+    """The run in `path` has its final evaluation: eval.json (written last, renamed into
+    place) of its last step with FINAL_SAMPLES samples."""
     try:
         with open(os.path.join(path, "eval.json")) as f:
-            step = json.load(f)["step"]
+            done = json.load(f)
         with open(os.path.join(path, "config.json")) as f:
-            return step == json.load(f)["train"]["steps"]
-    except FileNotFoundError:
+            steps = json.load(f)["train"]["steps"]
+        return done["step"] == steps and done["sampling"]["samples"] == FINAL_SAMPLES
+    except (OSError, ValueError, KeyError):  # none, half a file, another kind of file
         return False
 
 
@@ -250,6 +252,8 @@ TRAINING = (
     ("reward", "reward, every step"),
     ("zero_adv", f"zero-advantage groups after step {WARMUP}"),
     ("entropy", "token entropy, the last 50 steps"),
+    ("clean_zero_adv", f"EDEN: zero-advantage groups of its 6 clean rows after step {WARMUP}"),
+    ("clean_entropy", "EDEN: its clean rows' token entropy, the last 50 steps"),
 )
 
 
@@ -368,19 +372,21 @@ PREDICTIONS = (
     P("EAD", "the first token above temperature 1 (its schedule, the mean over steps)", "ead",
       "tau_first_mean", threshold=1.0, base=""),
     P("EAD", "mean TIS weight within 0.05 of 1", "ead", "tis_gap", "<", 0.05, base=""),
-    P("EDEN", "fewer zero-advantage groups among clean rows than GRPO's, after the warm-up",
-      "eden", "clean_zero_adv", "<", base_key="zero_adv"),
+    P("EDEN", "fewer zero-advantage groups than GRPO's, after the warm-up (both of 8 rows)",
+      "eden", "zero_adv", "<"),
     P("EDEN", "higher clean-row token entropy (the last 50 steps)", "eden", "clean_entropy",
       base_key="entropy"),
     P("EDEN", "Pass@64 above GRPO's", "eden", "pass@64"),
+    P("ASE", "a growing answer-disagreement gap between steered and clean routes (no "
+      "per-route disagreement is logged)", "ase", "route_disagreement_gap"),
     P("ASE", "Mean@8 at least GRPO's (above -0.01; of 64 samples, as Pass@1)", "ase", "pass@1",
       threshold=-0.01),
     P("ASE", "steered tokens' KL(mu, pi_old) at least 0.01 nats", "ase", "steered_kl",
       threshold=0.01, base=""),
     P("ExTra", "at least one guided group a step", "extra4", "guided_groups", threshold=1.0,
       base=""),
-    P("ExTra", "guided groups solve problems their own groups did not (solve rate above 0)",
-      "extra4", "guided_solve", base=""),
+    P("ExTra", "guided groups solve more often than their problems' hard groups (above 1/8, "
+      "a hard group's highest rate)", "extra4", "guided_solve", threshold=1 / 8, base=""),
     P("ExTra", "the chosen prefix's entropy below a random cut's", "extra4", "mte_gap", "<",
       base=""),
     P("ExTra", "Pass@64 above GRPO's", "extra4", "pass@64"),
@@ -400,7 +406,7 @@ def judge(p: Prediction, table: dict) -> tuple[tuple, str]:
         n = stats[3]
     else:
         stats = analysis.bootstrap_interval(list(mine.values()))
-        n = sum(v is not None for v in mine.values())
+        n = sum(v is not None and v == v for v in mine.values())  # NaN != NaN
     verdict = analysis.verdict(stats, p.direction, p.threshold)
     if 0 < n < len(SEEDS) and verdict != "not measured":  # docs/lab.md: 8 seeds an arm
         return stats, f"not judged ({n} of {len(SEEDS)} seeds)"

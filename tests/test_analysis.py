@@ -137,6 +137,7 @@ def test_pairing_by_seed_removes_the_spread_between_seeds():
     arm = {s: v + 0.05 for s, v in base.items()}
     arm[9] = 5.0  # a seed the baseline lacks counts in neither
     assert analysis.paired(arm, base) == pytest.approx((0.05, 0.05, 0.05, 8))
+    assert analysis.paired({**arm, 0: float("nan")}, base)[3] == 7  # nor one without a value
     _, low, _ = analysis.bootstrap_interval([arm[s] for s in range(8)])
     _, _, high = analysis.bootstrap_interval(list(base.values()))
     assert low < high  # unpaired: the two intervals overlap, the difference is not resolved

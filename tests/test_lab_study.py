@@ -39,8 +39,9 @@ def _run(root, arm, seed, pass64, worst8, responses, tis=None):
             r["policy/kl_mu_old"] = 0.0 if r["step"] <= 3 else 0.0075
     (path / "config.json").write_text(json.dumps(config))
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    final = {"step": 300, "eval/average/pass@1": 0.2, "eval/average/pass@8": 0.5,
-             "eval/average/pass@64": pass64, "eval/average/worst@8": worst8}  # fmt: skip
+    final = {"step": 300, "sampling": {"samples": 64}, "eval/average/pass@1": 0.2,
+             "eval/average/pass@8": 0.5, "eval/average/pass@64": pass64,
+             "eval/average/worst@8": worst8}  # fmt: skip
     (path / "eval.json").write_text(json.dumps(final))
     lines = [{"question": q, "response": r, "extracted": None, "correct": ok}
              for q, r, ok in responses]  # fmt: skip
@@ -61,6 +62,13 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
     _run(runs, "hot", 0, 0.9, 0.5, [(chain, "a", True)])  # an evaluation of step 150 of 300
     final = json.loads((runs / "hot-s0" / "eval.json").read_text())
     (runs / "hot-s0" / "eval.json").write_text(json.dumps({**final, "step": 150}))
+    _run(runs, "clip_higher", 0, 0.9, 0.5, [(chain, "a", True)])  # 8 samples, not the 64
+    final = json.loads((runs / "clip_higher-s0" / "eval.json").read_text())
+    (runs / "clip_higher-s0" / "eval.json").write_text(
+        json.dumps({**final, "sampling": {"samples": 8}})
+    )
+    (runs / "hot-s1").mkdir()
+    (runs / "hot-s1" / "eval.json").write_text('{"step": 3')  # half written: not counted
     text = study.report(str(runs), str(tmp_path), str(tmp_path / "figures"))
     assert text == (tmp_path / "study.md").read_text()
     # fewer seeds than the study's 8: intervals shown, nothing judged
