@@ -11,7 +11,10 @@ import pytest
 
 from explore_rl import analysis
 
-spec = importlib.util.spec_from_file_location("lab_study", "results/lab_study.py")
+HERE = os.path.dirname(os.path.abspath(__file__))
+spec = importlib.util.spec_from_file_location(
+    "lab_study", os.path.join(HERE, "..", "results", "lab_study.py")
+)
 study = importlib.util.module_from_spec(spec)
 sys.modules["lab_study"] = study  # its dataclasses look their module up
 spec.loader.exec_module(study)
