@@ -252,6 +252,7 @@ TRAINING = (
     ("reward", "reward, every step"),
     ("zero_adv", f"zero-advantage groups after step {WARMUP}"),
     ("entropy", "token entropy, the last 50 steps"),
+    ("disagreement", "answer disagreement, the last 50 steps"),
     ("clean_zero_adv", f"EDEN: zero-advantage groups of its 6 clean rows after step {WARMUP}"),
     ("clean_entropy", "EDEN: its clean rows' token entropy, the last 50 steps"),
 )
@@ -265,18 +266,23 @@ def values(run) -> dict[str, float]:
         out[k] = run.final.get(f"eval/average/{k}")
     out.update(_responses(run.path))
 
-    def mean(key, after=0, last=None):
+    def mean(key, after=0, last=None, first=None):
         if key not in m:
             return None
         series = m[key].dropna()
         series = series[series.index > after]
-        return float((series.tail(last) if last else series).mean())
+        series = series.tail(last) if last else series.head(first) if first else series
+        return float(series.mean())
 
     if 0 in m.index and "eval/average/pass@8" in m:  # train.eval_before: the base model
         out["base_pass8"] = float(m.loc[0, "eval/average/pass@8"])
     out["reward"] = mean("reward/mean")
     out["zero_adv"] = mean("groups/zero_adv_frac", WARMUP)
     out["entropy"] = mean("rollout/entropy", last=50)
+    # ASE paper, Fig. 4: pairwise disagreement of a problem's sampled answers, per run
+    out["disagreement"] = mean("rollout/answer_disagreement", last=50)
+    first = mean("rollout/answer_disagreement", first=50)
+    out["disagreement_growth"] = None if first is None else out["disagreement"] - first
     out["clean_zero_adv"] = mean("eden/clean_zero_adv_frac", WARMUP)
     out["clean_entropy"] = mean("eden/clean_entropy", last=50)
     out["tis_gap"] = None if "tis/mean" not in m else abs(mean("tis/mean") - 1.0)
@@ -377,8 +383,9 @@ PREDICTIONS = (
     P("EDEN", "higher clean-row token entropy (the last 50 steps)", "eden", "clean_entropy",
       base_key="entropy"),
     P("EDEN", "Pass@64 above GRPO's", "eden", "pass@64"),
-    P("ASE", "a growing answer-disagreement gap between steered and clean routes (no "
-      "per-route disagreement is logged)", "ase", "route_disagreement_gap"),
+    P("ASE", "answer disagreement above GRPO's (the last 50 steps)", "ase", "disagreement"),
+    P("ASE", "the disagreement gap grows (last 50 minus first 50 steps, above GRPO's change)",
+      "ase", "disagreement_growth"),
     P("ASE", "Mean@8 at least GRPO's (above -0.01; of 64 samples, as Pass@1)", "ase", "pass@1",
       threshold=-0.01),
     P("ASE", "steered tokens' KL(mu, pi_old) at least 0.01 nats", "ase", "steered_kl",

@@ -29,7 +29,8 @@ def _run(root, arm, seed, pass64, worst8, responses, tis=None):
     os.makedirs(path)
     config = {"seed": seed, "train": {"steps": 300}, "rollout": {"max_new_tokens": 64}}
     rows = [{"step": s, "reward/mean": 0.2, "groups/zero_adv_frac": 0.4,
-             "rollout/entropy": 0.5} for s in range(1, 301)]  # fmt: skip
+             "rollout/entropy": 0.5, "rollout/answer_disagreement": 0.3}
+            for s in range(1, 301)]  # fmt: skip
     if arm == "ead":
         config["exploration"] = {"methods": ["ead"], "ead": EAD}
         for r in rows:
@@ -37,7 +38,8 @@ def _run(root, arm, seed, pass64, worst8, responses, tis=None):
     if arm == "ase":  # the bank's first update at step 3: steering from step 4, 6 rows of 8
         config["exploration"] = {"methods": ["ase"], "ase": {"k": 3, "routing": "bank"}}
         config["rollout"]["group_size"] = 8
-        for r in rows:
+        for r in rows:  # its answers spread from step 150 on: +0.2 over GRPO's
+            r["rollout/answer_disagreement"] += 0.2 * (r["step"] > 150)
             r["ase/updates"] = int(r["step"] >= 3)
             r["policy/kl_mu_old"] = 0.0 if r["step"] <= 3 else 0.0075
     (path / "config.json").write_text(json.dumps(config))
@@ -92,6 +94,8 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
     # KL a steered token: 0.0075 over all rows once steering began, over 6 of 8 rows: 0.01
     ase = study.values(analysis.load_run(str(runs / "ase-s0")))
     assert ase["steered_kl"] == pytest.approx(0.01)
+    assert verdicts["answer disagreement above GRPO's (the last 50 steps)"] == "held"
+    assert ase["disagreement_growth"] == pytest.approx(0.2)
     assert verdicts["Mean@8 at least GRPO's (above -0.01; of 64 samples, as Pass@1)"] == "held"
     # the lab's EAD schedule: the first token at 0.1 at step 1, hot (1.19) by step 300
     ead = study.values(analysis.load_run(str(runs / "ead-s0")))
