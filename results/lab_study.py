@@ -425,6 +425,38 @@ def _cell(stats) -> str:
     return "" if mean != mean else f"{mean:.3f} [{low:.3f}, {high:.3f}]"
 
 
+def checks(done: dict) -> list[str]:
+    """Facts a reader needs before the differences: the ratio clip GRPO's updates met, and
+    the arms whose rollouts equal their GRPO's at every step of every shared seed."""
+    out = []
+    for arm in sorted({BASELINE[a] for a in done} & set(done)):
+        frames = [r.metrics for r in done[arm].values()]
+        if not all("policy/clip_frac_high" in f for f in frames):
+            continue
+        high = max(f["policy/clip_frac_high"].max() for f in frames)
+        low = max(f["policy/clip_frac_low"].max() for f in frames)
+        out.append(f"- {arm}: the largest share of tokens clipped in one update, above 1 + "
+                   f"eps_high {high:.4f}, below 1 - eps_low {low:.4f}")  # fmt: skip
+    for arm, seeds in done.items():
+        base = done.get(BASELINE[arm], {})
+        shared = sorted(set(seeds) & set(base))
+        if arm != BASELINE[arm] and shared and all(_same(seeds[s], base[s]) for s in shared):
+            out.append(f"- {arm}: its rollouts equal {BASELINE[arm]}'s at every step (every "
+                       f"rollout and reward metric), on all {len(shared)} seeds")  # fmt: skip
+    return out
+
+
+ROLLOUT_METRICS = ("rollout/", "reward/", "groups/")
+
+
+def _same(a, b) -> bool:
+    """Two runs drew the same rollouts: every rollout metric equal at every step (the
+    update's own diagnostics may still differ where the two losses differ on a token)."""
+    columns = sorted(c for c in a.metrics.columns if c.startswith(ROLLOUT_METRICS))
+    other = sorted(c for c in b.metrics.columns if c.startswith(ROLLOUT_METRICS))
+    return columns == other and a.metrics[columns].equals(b.metrics[columns])
+
+
 def _header(title: str, columns) -> list[str]:
     return ["", f"## {title}", "", "| arm | " + " | ".join(name for _, name in columns) + " |",
             "|---|" + "---|" * len(columns)]  # fmt: skip
@@ -492,6 +524,7 @@ def report(runs: str, out: str, figures: str = FIGURES) -> str:
         lines.append(f"| {arm} | {n} | " + " | ".join(cells) + " |")
     lines += _header("Training (each seed's mean, then the mean over seeds)", TRAINING)
     lines += [_row(arm, runs_, TRAINING) for arm, runs_ in table.items()]
+    lines += ["", "## Checks", "", *checks(done)]
     lines += [
         "",
         "## The predictions",

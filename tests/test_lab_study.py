@@ -88,6 +88,8 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
         if line.startswith(("| EAD |", "| ASE |"))
     }
     assert verdicts["Pass@64 above GRPO's"] == "held"  # +0.02 on every seed
+    # EAD's rollout metrics here are GRPO's, step for step; ASE's disagreement is not
+    assert "- ead: its rollouts equal grpo's at every step" in text and "- ase: its" not in text
     assert verdicts["Pass@64 above temperature 0.7's"] == "not measured"  # no cold run
     assert verdicts["Worst@8 not below GRPO's (above -0.01)"] == "against"  # -0.05..-0.07
     assert verdicts["mean TIS weight within 0.05 of 1"] == "held"
