@@ -280,9 +280,10 @@ def curve(runs: list[Run], key: str) -> str:
     return "\n".join(lines)
 
 
-def _band(ax, members: list[Run], key: str, label: str):
+def _band(ax, members: list[Run], key: str, label: str, smooth: int = 1):
     """The mean over seeds, +- one sd, at the steps every seed logged (a sparse metric,
-    e.g. an evaluation, averages the same seeds at each point), in step order."""
+    e.g. an evaluation, averages the same seeds at each point), in step order; each seed's
+    values first a moving average over `smooth` logged points."""
     series = [r.metrics[key].dropna() for r in members if key in r.metrics]
     series = [s for s in series if len(s)]
     if not series:
@@ -290,6 +291,7 @@ def _band(ax, members: list[Run], key: str, label: str):
     table = pd.concat(series, axis=1).sort_index().dropna()
     if table.empty:
         return False
+    table = table.rolling(smooth, min_periods=1).mean()
     mean = table.mean(axis=1)
     (line,) = ax.plot(mean.index, mean.values, label=f"{label} (n={len(series)})")
     if len(series) > 1:
@@ -298,14 +300,15 @@ def _band(ax, members: list[Run], key: str, label: str):
     return True
 
 
-def plot_curves(runs: list[Run], keys=CURVES):
-    """One panel per metric: the mean over seeds per configuration, +- one sd as a band."""
+def plot_curves(runs: list[Run], keys=CURVES, smooth: int = 1):
+    """One panel per metric: the mean over seeds per configuration, +- one sd as a band
+    (`smooth` > 1: of each seed's moving average over that many logged steps)."""
     fig = Figure(figsize=(4.5 * len(keys), 3.5))
     axes = fig.subplots(1, len(keys), squeeze=False)
     for ax, key in zip(axes[0], keys):
         for label, members in groups(runs).items():
-            _band(ax, members, key, label)
-        ax.set_title(key)
+            _band(ax, members, key, label, smooth)
+        ax.set_title(key + (f" ({smooth}-step moving average)" if smooth > 1 else ""))
         ax.set_xlabel("step")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()

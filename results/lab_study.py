@@ -546,6 +546,9 @@ def report(runs: str, out: str, figures: str = FIGURES) -> str:
     return text
 
 
+SMOOTH = 20  # steps a learning curve's moving average spans (a step's 16 groups are noisy)
+
+
 def _figures(runs, folder: str) -> None:
     """Learning curves with seed bands, Pass@k with intervals, each method's panel."""
     from explore_rl import analysis
@@ -553,7 +556,10 @@ def _figures(runs, folder: str) -> None:
     for r in runs:  # labels: the folder's arm (runs of one arm are its seeds)
         r.label = os.path.basename(r.path).rpartition("-s")[0]
     os.makedirs(folder, exist_ok=True)
-    figures = {"curves": analysis.plot_curves(runs), "pass_at_k": analysis.plot_pass_at_k(runs)}
+    figures = {
+        "curves": analysis.plot_curves(runs, smooth=SMOOTH),
+        "pass_at_k": analysis.plot_pass_at_k(runs),
+    }
     figures.update({m: analysis.plot_method(runs, m) for m in analysis.PANELS})
     for name, fig in figures.items():
         if fig is not None:

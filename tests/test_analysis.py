@@ -172,3 +172,11 @@ def test_a_final_evaluation_in_the_run_folder_is_its_held_out_result(runs):
     assert loaded[1].last_eval()["eval/average/pass@1"] == 0.6  # no eval.json: training's
     row = analysis.summary(loaded).loc["grpo rollout.temperature=1.0"]
     assert row["eval/average/pass@1"] == pytest.approx((0.9 + 0.6) / 2)
+
+
+def test_a_curve_is_the_mean_of_each_seeds_moving_average(runs):
+    fig = analysis.plot_curves(analysis.load(runs[:2]), ["reward/mean"], smooth=2)
+    (line,) = fig.axes[0].lines
+    # seed a: 0.1 0.2 0.3 0.4 -> 0.1 0.15 0.25 0.35; seed b: 0.3 0.2 0.5 0.6 -> 0.3 0.25 0.35 0.55
+    np.testing.assert_allclose(line.get_ydata(), [0.2, 0.2, 0.3, 0.45])
+    np.testing.assert_array_equal(line.get_xdata(), [1, 2, 3, 4])
