@@ -27,6 +27,7 @@ def _scale(c, scale):
         # the warm-up a tenth of training as the paper's 200 of ~2000 steps (docs/lab.md)
         e.noisy, e.rho, e.warmup = 2, 0.12, 30
         e.candidates, e.probe_prompts, e.probe_samples = 16, 8, 4
+        e.pool = "all"  # the lab's character vocabulary has no words: its 20 ordinary tokens
     else:  # EDEN paper: Qwen2.5-Math-1.5B, 12 clean + 4 noisy of 16, rho 0.18, warm-up 200
         # (the rest of the setting is configs/grpo.py:paper, EDEN's GRPO baseline; EDEN paper
         # does not state its mini-batch size: 4 mini-batches a batch, as every config here)

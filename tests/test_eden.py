@@ -15,8 +15,10 @@ from test_sampler import logit_scale
 from configs import eden as eden_config
 from explore_rl import config as config_lib
 from explore_rl import testing
+from explore_rl.data import lab
 from explore_rl.exploration import base, eden
 from explore_rl.logs import read_metrics
+from explore_rl.models.tokenizer import Tokenizer
 from explore_rl.rewards.math import Verifier
 from explore_rl.rl.plan import base_plan
 from explore_rl.sampling.sampler import sample
@@ -179,9 +181,15 @@ class _Tok:
 
 def test_word_pool_and_bank_determinism(run, tmp_path):
     r, progress = run
-    pool = eden.word_pool(r.tok)
+    pool = eden.lexical_pool(r.tok)
     words = [r.tok.decode([i]) for i in pool[:200]]
     assert all(w.startswith(" ") and w[1:].isalpha() and len(w) >= 4 for w in words)
+    # a character vocabulary (the lab's) has no words: "all" takes every ordinary token
+    lab_tok = Tokenizer.from_hf_folder(lab.FOLDER)
+    with pytest.raises(ValueError, match="no whole-word tokens .*pool='all'"):
+        eden.lexical_pool(lab_tok)
+    chars = [lab_tok.backend.id_to_token(int(i)) for i in eden.lexical_pool(lab_tok, "all")]
+    assert chars == list("0123456789+-*/=()> \n")  # not <pad>, not <eos>
     (ex,) = r.explorers
     ctx = r.context(progress.state.params, 0)
     again = ex.init(ctx)

@@ -60,6 +60,7 @@ from explore_rl.spec import RunSpec
 
 ANCHORS = ("bank", "none", "per_rollout", "fixed_random")
 WORD_MARKERS = ("Ġ", "▁")
+POOLS = ("words", "all")
 
 
 @register("eden")
@@ -82,6 +83,9 @@ class EDEN(Explorer):
         bank_size: int = 8  # K
         bank_seed: int = 0  # draws the screen's candidates
         bank_tokens: str = ""  # comma-separated words for the bank; "" = screen the vocabulary
+        # the screen's pool: "words" (whole-word tokens) | "all" (every token but the
+        # special ones: a character vocabulary's, which has no words)
+        pool: str = "words"
         candidates: int = 32  # tokens probed by the screen
         probe_prompts: int = 8  # training problems in the screen's probe set
         probe_samples: int = 4  # rollouts per candidate and problem
@@ -96,6 +100,7 @@ class EDEN(Explorer):
         _require(0 < e.keep <= 1, f"keep={e.keep}: must be in (0, 1]")
         _require(e.gamma >= 0, f"gamma={e.gamma}: must be >= 0")
         _require(e.bank_size >= 1, f"bank_size={e.bank_size}: need at least 1")
+        _require(e.pool in POOLS, f"pool={e.pool!r}: allowed {POOLS}")
         words = [w for w in e.bank_tokens.split(",") if w.strip()]
         _require(
             not words or len(words) == e.bank_size,
@@ -121,11 +126,11 @@ class EDEN(Explorer):
     def init(self, ctx: StepContext):
         e, rng = self.settings, np.random.default_rng(self.settings.bank_seed)
         if e.anchor == "fixed_random":
-            ids, report = [int(rng.choice(word_pool(ctx.tok)))], {"fixed_random": True}
+            ids, report = [int(rng.choice(lexical_pool(ctx.tok, e.pool)))], {"fixed_random": True}
         elif e.bank_tokens:
             ids, report = _user_tokens(ctx.tok, e.bank_tokens), {"user_tokens": True}
         else:
-            pool = word_pool(ctx.tok)
+            pool = lexical_pool(ctx.tok, e.pool)
             drawn = rng.choice(pool, size=min(e.candidates, len(pool)), replace=False)
             ids, report = screen(ctx, [int(i) for i in drawn], self.settings)
         state = {
@@ -179,7 +184,7 @@ class EDEN(Explorer):
         if self.settings.anchor != "per_rollout":
             return jnp.repeat(state["vectors"][anchor], g, axis=0)
         if self._pool is None:
-            self._pool = jnp.asarray(word_pool(ctx.tok))
+            self._pool = jnp.asarray(lexical_pool(ctx.tok, self.settings.pool))
         ids = self._pool[jax.random.randint(rng, (anchor.shape[0] * g,), 0, len(self._pool))]
         return ctx.params["embed"][ids].astype(jnp.float32)
 
@@ -189,17 +194,27 @@ def _require(ok: bool, message: str):
         raise ValueError(f"config: exploration.eden.{message}")
 
 
-def word_pool(tok) -> np.ndarray:
-    """Ids of whole-word tokens: a word-initial marker then 3+ ASCII letters."""
+def lexical_pool(tok, pool: str = "words") -> np.ndarray:
+    """Ids the bank's candidates are drawn from: "words", whole-word tokens (a word-initial
+    marker then 3+ ASCII letters); "all", every token that is not a special one."""
     backend = tok.backend
+    special = {i for i, t in backend.get_added_tokens_decoder().items() if t.special}
     ids = []
     for i in range(backend.get_vocab_size()):
         piece = backend.id_to_token(i) or ""
         word = piece[1:]
-        if piece[:1] in WORD_MARKERS and len(word) >= 3 and word.isascii() and word.isalpha():
+        if pool == "all":
+            ok = i not in special
+        else:
+            ok = piece[:1] in WORD_MARKERS and len(word) >= 3 and word.isascii() and word.isalpha()
+        if ok:
             ids.append(i)
     if not ids:
-        raise ValueError("EDEN: the tokenizer has no whole-word tokens to build a bank from")
+        raise ValueError(
+            f"EDEN: the tokenizer has no {'whole-word' if pool == 'words' else 'ordinary'} "
+            "tokens to build a bank from (exploration.eden.pool='all' takes every token but "
+            "the special ones)"
+        )
     return np.asarray(ids)
 
 
