@@ -145,12 +145,13 @@ def groups(runs: list[Run]) -> dict[str, list[Run]]:
     return out
 
 
-def _finite(x) -> bool:
+def finite(x) -> bool:
+    """A value that counts: not missing, not NaN or infinite."""
     return x is not None and bool(np.isfinite(x))
 
 
 def _mean_sd(values: list[float]) -> tuple[float, float, int]:
-    v = np.asarray([x for x in values if _finite(x)], float)
+    v = np.asarray([x for x in values if finite(x)], float)
     if not len(v):
         return float("nan"), float("nan"), 0
     return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0, len(v)
@@ -163,7 +164,7 @@ def bootstrap_interval(
     interval at `level` (Efron & Tibshirani 1993, ch. 13: resample the values with
     replacement, take the quantiles of the resamples' means). Of paired differences (an
     arm's seed minus the baseline's same seed) it is the paired bootstrap. NaN with none."""
-    v = np.asarray([x for x in values if _finite(x)], float)
+    v = np.asarray([x for x in values if finite(x)], float)
     if not len(v):
         return float("nan"), float("nan"), float("nan")
     means = v[np.random.default_rng(seed).integers(0, len(v), (resamples, len(v)))].mean(1)
@@ -174,7 +175,7 @@ def bootstrap_interval(
 def paired(arm: dict[int, float], baseline: dict[int, float], **kwargs):
     """(mean, low, high, n) of arm minus baseline over the seeds both have (`{seed: value}`),
     the interval a paired bootstrap's (`bootstrap_interval`)."""
-    seeds = sorted(s for s in set(arm) & set(baseline) if _finite(arm[s]) and _finite(baseline[s]))
+    seeds = sorted(s for s in set(arm) & set(baseline) if finite(arm[s]) and finite(baseline[s]))
     return (*bootstrap_interval([arm[s] - baseline[s] for s in seeds], **kwargs), len(seeds))
 
 

@@ -171,7 +171,7 @@ class Checkpointer:
         if self._pending is not None and self.main:
             write_digest(self.folder, self._pending)
             if self._pending_best is not None:
-                _write_json(os.path.join(self.folder, BEST), self._pending_best)
+                write_json(os.path.join(self.folder, BEST), self._pending_best)
             self._prune()
         self._pending = self._pending_best = None
 
@@ -231,10 +231,10 @@ def _best_step(folder: str) -> int | None:
     return None if best is None else best["step"]
 
 
-def _write_json(path: str, record) -> None:
+def write_json(path: str, record, indent: int = 0) -> None:
     """Written to a temporary name, synced, then renamed: all or nothing."""
     with open(path + ".tmp", "w") as f:
-        json.dump(record, f, indent=0)
+        json.dump(record, f, indent=indent)
         f.flush()
         os.fsync(f.fileno())
     os.replace(path + ".tmp", path)
@@ -277,7 +277,7 @@ def _file_digests(root: str) -> dict[str, list]:
 
 def write_digest(folder: str, step: int) -> None:
     """Digest a finished step."""
-    _write_json(_digest_path(folder, step), _file_digests(os.path.join(folder, str(step))))
+    write_json(_digest_path(folder, step), _file_digests(os.path.join(folder, str(step))))
 
 
 def check_digest(folder: str, step: int) -> str | None:

@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
+
+import numpy as np
 
 SEEDS = tuple(range(8))
 FINAL_SAMPLES = 64
@@ -318,8 +321,6 @@ def _responses(path: str) -> dict[str, float]:
     """From eval_responses.jsonl: distinct correct responses a problem (the mean over
     problems) and Pass@n on the problems without a division-free chain solution (the
     strategy SFT never showed)."""
-    from explore_rl.data import countdown
-
     file = os.path.join(path, "eval_responses.jsonl")
     if not os.path.exists(file):
         return {}
@@ -332,12 +333,20 @@ def _responses(path: str) -> dict[str, float]:
             if r["correct"]:
                 correct[r["question"]].add(r["response"].strip())
     for q, answers in correct.items():
-        if countdown.chain_solution(*countdown.parse_question(q)) is None:
+        if not _has_chain(q):
             solved[q] = bool(answers)
     return {
         "distinct": sum(map(len, correct.values())) / len(correct),
         "other@64": sum(solved.values()) / len(solved) if solved else None,
     }
+
+
+@functools.cache
+def _has_chain(question: str) -> bool:
+    """A division-free chain solves it (a brute force: once a question, not once a run)."""
+    from explore_rl.data import countdown
+
+    return countdown.chain_solution(*countdown.parse_question(question)) is not None
 
 
 def _ead_schedule(run) -> dict[str, float]:
@@ -348,9 +357,9 @@ def _ead_schedule(run) -> dict[str, float]:
     fields = [f.name for f in dataclasses.fields(EAD.Settings)]
     given = {f: run.config[f"exploration.ead.{f}"] for f in fields}
     ead, steps = EAD(EAD.Settings(**given), None), int(run.config["train.steps"])
-    first = [float(ead.table(1, step)[0]) for step in range(steps)]
-    return {"tau_first_start": first[0], "tau_first_end": first[-1],
-            "tau_first_mean": sum(first) / steps}  # fmt: skip
+    first = np.asarray(ead.table(1, np.arange(steps)), np.float64)  # [steps]: token 1's
+    return {"tau_first_start": float(first[0]), "tau_first_end": float(first[-1]),
+            "tau_first_mean": float(first.mean())}  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -413,7 +422,7 @@ def judge(p: Prediction, table: dict) -> tuple[tuple, str]:
         n = stats[3]
     else:
         stats = analysis.bootstrap_interval(list(mine.values()))
-        n = sum(v is not None and v == v for v in mine.values())  # NaN != NaN
+        n = sum(map(analysis.finite, mine.values()))
     verdict = analysis.verdict(stats, p.direction, p.threshold)
     if 0 < n < len(SEEDS) and verdict != "not measured":  # docs/lab.md: 8 seeds an arm
         return stats, f"not judged ({n} of {len(SEEDS)} seeds)"

@@ -198,17 +198,12 @@ def lexical_pool(tok, pool: str = "words") -> np.ndarray:
     """Ids the bank's candidates are drawn from: "words", whole-word tokens (a word-initial
     marker then 3+ ASCII letters); "all", every token that is not a special one."""
     backend = tok.backend
-    special = {i for i, t in backend.get_added_tokens_decoder().items() if t.special}
-    ids = []
-    for i in range(backend.get_vocab_size()):
-        piece = backend.id_to_token(i) or ""
-        word = piece[1:]
-        if pool == "all":
-            ok = i not in special
-        else:
-            ok = piece[:1] in WORD_MARKERS and len(word) >= 3 and word.isascii() and word.isalpha()
-        if ok:
-            ids.append(i)
+    if pool == "all":
+        special = {i for i, t in backend.get_added_tokens_decoder().items() if t.special}
+        ids = [i for i in range(backend.get_vocab_size()) if i not in special]
+    else:
+        pieces = [backend.id_to_token(i) or "" for i in range(backend.get_vocab_size())]
+        ids = [i for i, p in enumerate(pieces) if p[:1] in WORD_MARKERS and _is_word(p[1:])]
     if not ids:
         raise ValueError(
             f"EDEN: the tokenizer has no {'whole-word' if pool == 'words' else 'ordinary'} "
@@ -216,6 +211,10 @@ def lexical_pool(tok, pool: str = "words") -> np.ndarray:
             "the special ones)"
         )
     return np.asarray(ids)
+
+
+def _is_word(text: str) -> bool:
+    return len(text) >= 3 and text.isascii() and text.isalpha()
 
 
 def _user_tokens(tok, words: str) -> list[int]:

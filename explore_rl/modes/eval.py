@@ -49,13 +49,13 @@ def run_eval(c, workdir: str | None) -> dict:
     with config_lib.verifier(spec.reward) as run.verifier, parallel.use(mesh):
         results = run_evaluation(run, params, states, step, records)
     if workdir and parallel.is_main_process():
-        # the responses first, and eval.json renamed into place last: its presence means
-        # the whole evaluation was written (a study reads it as "this run is evaluated")
+        # the responses first, then eval.json all or nothing: its presence means the whole
+        # evaluation was written (a study reads it as "this run is evaluated")
         with open(os.path.join(workdir, "eval_responses.jsonl"), "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
-        with open(os.path.join(workdir, "eval.json.tmp"), "w") as f:
-            json.dump({**_evaluated(run, folder, step), **results}, f, indent=2)
-        os.replace(os.path.join(workdir, "eval.json.tmp"), os.path.join(workdir, "eval.json"))
+        checkpoint_lib.write_json(
+            os.path.join(workdir, "eval.json"), {**_evaluated(run, folder, step), **results}, 2
+        )
     return results
 
 
