@@ -103,7 +103,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
 
     c.reward = ConfigDict()
     c.reward.name = "math"  # a registered reward (explore_rl/rewards/registry.py)
-    c.reward.fn = ""  # or your own "module.path:function" f(response, problem) -> float
+    c.reward.fn = ""  # or your own "module.path:function"s and/or names, comma-separated
+    c.reward.weights = ""  # reward.fn's weights, comma-separated (default 1 each)
     c.reward.extractors = "boxed,last_number"  # math: answer extraction, first that finds one
     c.reward.format_weight = 0.0  # added when the response uses \boxed{}
     c.reward.workers = 2  # verifier processes

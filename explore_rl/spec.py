@@ -16,10 +16,10 @@ reward function, and each exploration method's own `Settings`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 from explore_rl.models.tokenizer import PromptFormat
+from explore_rl.rewards.registry import Reward
 from explore_rl.rl.losses import LossConfig
 from explore_rl.rl.rollout import RolloutSettings
 from explore_rl.rl.train_step import OptimConfig
@@ -73,9 +73,9 @@ class TaskSpec:
 
 @frozen
 class RewardSpec:
-    """`reward.*`, the function built (a registered reward or the user's own)."""
+    """`reward.*`, its functions built (registered rewards, the user's own; weighted)."""
 
-    fn: Callable
+    fn: Reward
     extractors: tuple[str, ...]
     format_weight: float
     workers: int

@@ -150,7 +150,7 @@ def test_regeneration_pushes_the_lowest_entropy_prefix_of_a_hard_group():
     tokens = np.array([[1, 9, 2, 3, 9, 4, 5, 9, 1, 2, 9, 3], [6, 9, 7, 8, 9, 1, 2, 9, 3, 4, 9, 5]])
     entropy = np.array([[1.0] * 12, [0.2] * 5 + [0.0] * 3 + [0.9] * 4])
     ro = SimpleNamespace(
-        problems=[Problem("q", "5")],
+        problems=[Problem("q", "5", messages=(("user", "q"),), columns={"source": "toy"})],
         group_size=2,
         correct=np.array([[False, False]]),
         out=SimpleNamespace(tokens=tokens, mask=np.ones((2, 12), bool), entropy=entropy),
@@ -159,7 +159,11 @@ def test_regeneration_pushes_the_lowest_entropy_prefix_of_a_hard_group():
     ctx = SimpleNamespace(tok=Tok(), step=5, settings=SimpleNamespace(max_prompt_len=64))
     fresh, prefixes, metrics = ex.regenerate({}, ro, np.zeros(2, bool), ctx)
     assert metrics["hard"] == 1 and metrics["pushed"] == 1
-    assert fresh == [{"question": "q", "answer": "5", "prefix": [6, 9, 7, 8, 9, 1, 2, 9]}]
+    # the whole problem, with the chosen prefix (its chat and row too: rewards read them),
+    # as the checkpoint's JSON gives it back
+    guided = Problem.from_json(json.loads(json.dumps(fresh[0])))
+    assert guided == Problem("q", "5", (6, 9, 7, 8, 9, 1, 2, 9), messages=(("user", "q"),))
+    assert guided.columns == {"source": "toy"}
     assert metrics["mte_chosen"] == pytest.approx(0.125)
     assert metrics["mte_random"] in (pytest.approx(0.2), pytest.approx(0.125))
     remembered = prefixes[Problem("q", "5").id]

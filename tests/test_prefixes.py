@@ -15,6 +15,7 @@ from configs import grpo
 from explore_rl import config as config_lib
 from explore_rl.data.tasks import Problem
 from explore_rl.rewards.math import Verifier
+from explore_rl.rewards.registry import Reward
 from explore_rl.rl import rollout
 from explore_rl.rl.plan import base_plan
 from explore_rl.rl.train_step import score
@@ -39,7 +40,7 @@ def guided():
     g, t = 3, 6
     settings = dataclasses.replace(
         config_lib.spec(c).rollout_settings(tok),
-        reward=saw_the_prefix,
+        reward=Reward.of(saw_the_prefix),
         sampling=SamplingConfig(t),  # no stop ids: every row has t response tokens
     )
     plan = base_plan(len(problems) * g, t, 1.0, problems)

@@ -1,4 +1,5 @@
-"""Answer extraction, equivalence, and the verifier pool's timeouts."""
+"""Answer extraction, equivalence, the verifier pool's timeouts, and a run's reward
+functions: ours, verl's and TRL's conventions, several with weights."""
 
 import json
 import signal
@@ -6,8 +7,10 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
+from explore_rl import testing
 from explore_rl.rewards.math import (
     Scores,
     Verifier,
@@ -98,10 +101,8 @@ def test_verifier_pool_scores_and_times_out(busy_neighbours):
         assert v.timeouts_total == 1 and v.warmup_s > 0
 
 
-def parity_of_length(response, problem):
-    """A user's reward (`reward.fn = "test_rewards:parity_of_length"`): any function of the
-    response and the problem."""
-    return float(len(response) % 2)
+def takes_three(response, problem, extra):
+    return 0.0
 
 
 def hangs(response, problem):
@@ -145,41 +146,139 @@ def test_reward_registry_and_config_errors(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv("REWARD_TABLE", raising=False)
     c = grpo.get_config("smoke")
-    math = registry.build(c.reward)
-    assert math(r"so \boxed{7}", Problem("3 + 4?", "7")) == 1.0
-    assert math("so 8", Problem("3 + 4?", "7")) == 0.0
-    c.reward.fn = "test_rewards:parity_of_length"
-    assert registry.build(c.reward) is parity_of_length
+    (math,) = registry.build(c.reward).functions
+    assert math.fn(r"so \boxed{7}", Problem("3 + 4?", "7")) == 1.0
+    assert math.fn("so 8", Problem("3 + 4?", "7")) == 0.0
+    c.reward.fn = testing.PARITY  # a user's function: any f(response, problem)
+    assert registry.build(c.reward) == registry.Reward(
+        (registry.Function("parity_of_length", testing.parity_of_length),)
+    )
     for bad, message in [
         ("test_rewards", "give 'module.path:name'"),
         ("no_such_module_xyz:f", "cannot import no_such_module_xyz"),
         ("test_rewards:nothing", "test_rewards has no 'nothing'"),
         ("broken_syntax:f", f"{tmp_path / 'broken_syntax.py'}:2: "),  # file and line, one line
         ("raises_at_import:f", r"raised KeyError: 'REWARD_TABLE' \(.*raises_at_import.py:3\)"),
+        ("test_rewards:takes_three", r"takes \(response, problem, extra\): give f\(response"),
+        ("math, math", "two functions are named 'math'"),
     ]:
         c.reward.fn = bad
         with pytest.raises(ValueError, match=message):
             config_lib.spec(c)
-    c.reward.fn, c.reward.name = "", "chess"
+    c.reward.fn = f"math, {testing.PARITY}"
+    for weights, message in [("1", "give 2 finite numbers"), ("1, x", "not numbers"),
+                             ("1, nan", "give 2 finite numbers")]:  # fmt: skip
+        c.reward.weights = weights
+        with pytest.raises(ValueError, match=f"reward.weights='{weights}': {message}"):
+            config_lib.spec(c)
+    c.reward.fn, c.reward.name, c.reward.weights = "", "chess", ""
     with pytest.raises(ValueError, match=r"reward.name='chess': known \['countdown', 'math', "):
         config_lib.spec(c)
 
 
+def verl_score(data_source, solution_str, ground_truth, extra_info=None):
+    """verl's custom reward (`custom_reward_function`): every argument read, a dict whose
+    "score" is the reward."""
+    if data_source != "toy":
+        return {"score": -1.0}
+    return {"score": float(solution_str.strip() == ground_truth) + extra_info["bonus"]}
+
+
+def trl_length(prompts, completions, level, **kwargs):
+    """TRL's reward: batched, conversational (chat prompts and completions), a dataset
+    column as a keyword list; None where it gives no reward."""
+    assert all(p[-1]["role"] == "user" for p in prompts)
+    return [
+        None if lv == "skip" else float(len(c[0]["content"])) for c, lv in zip(completions, level)
+    ]
+
+
+def trl_drops_one(completions, **kwargs):
+    return [1.0] * (len(completions) - 1)
+
+
+def trl_hangs(completions, **kwargs):
+    time.sleep(60)
+
+
 @pytest.mark.slow
-def test_a_custom_reward_trains_the_smoke_config(tmp_path):
+def test_verl_and_trl_functions_are_called_as_written_and_summed_with_weights():
+    from configs import grpo
+    from explore_rl.data.tasks import Problem
+    from explore_rl.rewards import registry
+
+    row = {"data_source": "toy", "extra_info": {"bonus": 0.5}, "level": "easy",
+           "reward_model": {"ground_truth": "7"}}  # fmt: skip
+    easy = Problem("3 + 4?", "7", messages=(("user", "3 + 4?"),), columns=row)
+    other = Problem("1 + 1?", "2", messages=(("user", "1 + 1?"),),
+                    columns={**row, "data_source": "other", "level": "skip"})  # fmt: skip
+    items = [("7", easy), ("8 ", easy), ("2", other)]
+    c = grpo.get_config("smoke")
+    c.reward.fn = "test_rewards:verl_score, test_rewards:trl_length"
+    c.reward.weights = "1, 0.5"
+    reward = registry.build(c.reward)
+    assert reward.describe() == "1 x verl_score (verl), 0.5 x trl_length (trl)"
+    # two workers: the batched function is called twice (2 items, then 1), order kept
+    with Verifier(workers=2, timeout=2.0) as v:
+        scored = reward.score(v, items)
+        assert scored.by_function["verl_score"].tolist() == [1.5, 0.5, -1.0]
+        assert scored.by_function["trl_length"].tolist()[:2] == [1.0, 2.0]
+        assert np.isnan(scored.by_function["trl_length"][2])  # None: no reward, not 0
+        # verl 1.5 + 0.5 x 1, 0.5 + 0.5 x 2, -1 (TRL's None adds nothing)
+        assert scored.total.tolist() == [2.0, 1.5, -1.0]
+        assert scored.correct.tolist() == [True, True, False]  # the first function's > 0
+        assert (scored.timeouts, scored.errors) == (0, 0)
+        dropped = registry.Function("trl_drops_one", trl_drops_one, "trl").score(v, items)
+        assert dropped == Scores([0.0, 0.0, 0.0], 0, 3)  # a wrong count: each item an error
+        start = time.monotonic()
+        hung = registry.Function("trl_hangs", trl_hangs, "trl").score(v, items)
+        assert hung == Scores([0.0, 0.0, 0.0], 3, 0) and time.monotonic() - start < 30
+
+
+@pytest.mark.slow
+def test_reward_functions_of_three_conventions_train_a_verl_parquet(tmp_path, capsys):
+    """A verl-style Parquet file (chat prompts, data_source, extra_info, reward_model) and
+    one function of each convention, weighted: every logged response's reward is the
+    weighted sum worked by hand, and each function's mean is logged."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     from configs import grpo
     from explore_rl.logs import read_metrics
     from explore_rl.train import loop
 
+    rows = [
+        {"data_source": "toy", "prompt": [{"role": "user", "content": f"What is {a} + 4?"}],
+         "reward_model": {"ground_truth": str(a + 4)}, "extra_info": {"bonus": 0.5},
+         "level": "easy"}
+        for a in range(8)
+    ]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(rows), str(tmp_path / "train.parquet"))
     c = grpo.get_config("smoke")
-    c.reward.fn = "test_rewards:parity_of_length"
+    c.task.train_path = str(tmp_path / "train.parquet")
+    c.task.question_field, c.task.answer_field = "prompt", "reward_model.ground_truth"
+    c.reward.fn = f"{testing.PARITY}, test_rewards:verl_score, test_rewards:trl_length"
+    c.reward.weights = "1, 2, 0.5"
     c.train.steps, c.train.eval_every, c.train.samples_to_log = 2, 0, 8
-    loop.train(c, str(tmp_path))
-    rows = read_metrics(str(tmp_path))
-    assert [r["step"] for r in rows] == [1, 2]
-    logged = [json.loads(x) for f in sorted((tmp_path / "samples").iterdir()) for x in open(f)]
-    assert logged and all(s["reward"] == len(s["response"]) % 2 for s in logged)
-    assert 0 < rows[0]["reward/mean"] < 1  # both parities: the groups carry signal
+    loop.train(c, str(tmp_path / "run"))
+    said = capsys.readouterr().err
+    assert "reward: 1 x parity_of_length, 2 x verl_score (verl), 0.5 x trl_length (trl)" in said
+    metrics = read_metrics(str(tmp_path / "run"))
+    assert [r["step"] for r in metrics] == [1, 2]
+    logged = [
+        json.loads(x) for f in sorted((tmp_path / "run" / "samples").iterdir()) for x in open(f)
+    ]
+    assert logged
+    for s in logged:
+        text = s["response"]
+        by_hand = len(text) % 2 + 2 * (float(text.strip() == s["answer"]) + 0.5) + 0.5 * len(text)
+        assert s["reward"] == pytest.approx(by_hand, rel=1e-6)
+        assert s["rewards"]["trl_length"] == len(text)  # each function's own, unweighted
+    for m in metrics:
+        parts = [m[f"reward/{n}/mean"] for n in ("parity_of_length", "verl_score", "trl_length")]
+        assert m["reward/mean"] == pytest.approx(parts[0] + 2 * parts[1] + 0.5 * parts[2], 1e-5)
+        assert m["reward/accuracy"] == pytest.approx(parts[0])  # correct: the first's > 0
+        assert 0 < parts[0] < 1  # both parities: the groups carry signal
 
 
 @pytest.mark.slow

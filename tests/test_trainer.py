@@ -55,6 +55,7 @@ def test_smoke_cli_writes_the_run_directory_and_reruns(tmp_path):
     said = out.stderr.splitlines()  # what the run uses, said at start; a summary at the end
     assert "model: random tiny-llama weights (llama, 2M params), the tokenizer of embedded" in said
     assert "task: arithmetic: 2000 training problems; held out: arithmetic (4)" in said
+    assert "reward: 1 x math" in said
     assert "methods: none (GRPO)" in said
     assert f"run: {tmp_path} (new); tensorboard --logdir {tmp_path}" in said
     done = [s for s in said if s.startswith(f"done: 3 steps in {tmp_path}; step 3: reward/mean ")]

@@ -166,7 +166,16 @@ def read_problems(
         answer = _reference(values[1], spec.answer_from)
         if question and answer:
             solution = str(values[2]) if spec.solution_field else ""
-            problems.append(Problem(question, answer, row=i, messages=messages, solution=solution))
+            problems.append(
+                Problem(
+                    question,
+                    answer,
+                    row=i,
+                    messages=messages,
+                    solution=solution,
+                    columns=_plain(row),
+                )  # fmt: skip
+            )
         else:
             empty.append(where)
     if empty and strict:
@@ -184,6 +193,12 @@ def read_problems(
     if not problems and shard.count == 1:  # a shard's may be empty: the run checks the sum
         raise ValueError(f"{path}: no usable rows ({len(empty)} skipped: {empty[:3]})")
     return problems
+
+
+def _plain(row: dict) -> dict:
+    """A row with every value JSON can hold (a Parquet timestamp or decimal as its text):
+    a problem crosses processes and checkpoints as JSON."""
+    return json.loads(json.dumps(row, default=str))
 
 
 def _question(value) -> tuple[str, tuple[tuple[str, str], ...]]:

@@ -92,17 +92,11 @@ class Problems(Sequence):
         rows = [int(self._rows[i]) for i in indices]
         if self._shard.count == 1:
             return [self._local[r] for r in rows]
-        mine = {r: dataclasses.asdict(self._local[r]) for r in rows if self._shard.owns(r)}
+        mine = {r: self._local[r].to_json() for r in rows if self._shard.owns(r)}
         found = {}
         for part in self._gather(json.dumps(mine).encode()):
             found.update({int(r): p for r, p in json.loads(part).items()})
-        return [_problem(found[r]) for r in rows]
-
-
-def _problem(fields: dict) -> Problem:
-    """A problem from its JSON form (tuples came back as lists)."""
-    messages = tuple(tuple(m) for m in fields["messages"])
-    return Problem(**{**fields, "prefix": tuple(fields["prefix"]), "messages": messages})
+        return [Problem.from_json(found[r]) for r in rows]
 
 
 def take(problems: Sequence[Problem], indices) -> list[Problem]:

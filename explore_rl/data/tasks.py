@@ -81,6 +81,23 @@ class Problem:
     messages: tuple[tuple[str, str], ...] = ()
     # a worked answer to imitate (supervised fine-tuning's target), where the task has one
     solution: str = dataclasses.field(default="", compare=False)
+    # the dataset row it was read from, every column (verl's `data_source`, `extra_info`,
+    # `reward_model`; TRL's dataset columns): what a reward function may read; {} for a
+    # task generated in code
+    columns: dict = dataclasses.field(default_factory=dict, compare=False)
+
+    def to_json(self) -> dict:
+        """Its JSON form (`from_json` reads it back): a problem sent between processes or
+        kept in a checkpoint's host state."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, fields: dict) -> Problem:
+        """A problem from `to_json`'s form (tuples came back as lists; a field absent from
+        an older form takes its default)."""
+        messages = tuple(tuple(m) for m in fields.get("messages", ()))
+        prefix = tuple(fields.get("prefix", ()))
+        return cls(**{**fields, "prefix": prefix, "messages": messages})
 
     @property
     def id(self) -> str:

@@ -140,7 +140,7 @@ class ExTra(Explorer):
         b = plan.temperature.shape[0]
         queue = state["host"].data["queue"]
         k = min(len(queue), int(self.settings.guided_frac * q)) if self.settings.regen else 0
-        guided = [Problem(e["question"], e["answer"], tuple(e["prefix"])) for e in queue[:k]]
+        guided = [Problem.from_json(e) for e in queue[:k]]
         rows = np.zeros(b, bool)
         rows[(q - k) * (b // q) :] = True
         # per row: the guided rows, and how many queue entries the plan took (k)
@@ -303,13 +303,8 @@ class ExTra(Explorer):
             best = entries[lowest(smoothed, np.asarray([x["mte"] for x in entries]))]
             chosen.append(best["mte"])
             random_mte.append(scores[int(rng.integers(len(scores)))])
-            fresh.append(
-                {
-                    "question": problem.question,
-                    "answer": problem.answer,
-                    "prefix": best["tokens"],
-                }
-            )
+            # the whole problem (its chat and dataset row too: the reward reads them)
+            fresh.append({**problem.to_json(), "prefix": best["tokens"]})
         metrics = {"hard": hard, "pushed": len(fresh)}
         if chosen:
             metrics.update(mte_chosen=float(np.mean(chosen)), mte_random=float(np.mean(random_mte)))

@@ -155,15 +155,24 @@ def _init_worker(ready, memory_bytes: int):
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
 
 
-def _score_one(fn, args, timeout: float) -> tuple[float, bool, bool]:
-    """(reward, timed out, raised) for one item, under a real-time timer in the worker."""
+def _score_one(fn, args, timeout: float) -> tuple[list[float], bool, bool]:
+    """([reward], timed out, raised) for one item, under a real-time timer in the worker."""
+    return _score_batch(lambda items: [fn(*items[0])], [args], timeout)
+
+
+def _score_batch(fn, items: list, timeout: float) -> tuple[list[float], bool, bool]:
+    """(rewards, timed out, raised) of one call `fn(items)` -> a reward per item, under a
+    real-time timer in the worker; over time or raising, each item scores 0."""
     signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
-        return float(fn(*args)), False, False
+        rewards = [float(x) for x in fn(items)]
+        if len(rewards) != len(items):
+            raise ValueError(f"{len(rewards)} rewards for {len(items)} items")
+        return rewards, False, False
     except _ItemTimeout:
-        return 0.0, True, False
+        return [0.0] * len(items), True, False
     except Exception:  # a crash on odd input (MemoryError included) scores 0, counted
-        return 0.0, False, True
+        return [0.0] * len(items), False, True
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
@@ -242,29 +251,43 @@ class Verifier:
     def __exit__(self, *exc):
         self.close()
 
-    def score(self, items: Sequence[tuple], fn: Callable | None = None) -> Scores:
+    def score(
+        self, items: Sequence[tuple], fn: Callable | None = None, batched: bool = False
+    ) -> Scores:
         """Rewards for argument tuples of `fn` (default: the pool's), with how many items
-        timed out and how many raised."""
+        timed out and how many raised. `batched`: `fn` takes a list of items and returns a
+        reward for each (a judge, a reward model, TRL's reward functions), called once per
+        worker on its share of `items`, timed `timeout` per item; a call over time or
+        raising scores each of its items 0, counted per item."""
         fn = fn or self.fn
         if self._pool is None:
             self._start()
         if not self._warm:
             self._wait_warm()
-        jobs = [self._pool.apply_async(_score_one, (fn, args, self.timeout)) for args in items]
-        # Each item has its own timer; the batch as a whole gets the time its share of
+        per_call = -(-len(items) // self.workers) if batched else 1
+        calls = [items[i : i + per_call] for i in range(0, len(items), per_call)]
+        jobs = [
+            self._pool.apply_async(_score_batch, (fn, list(c), self.timeout * len(c)))
+            if batched
+            else self._pool.apply_async(_score_one, (fn, c[0], self.timeout))
+            for c in calls
+        ]
+        # Each call has its own timer; the batch as a whole gets the time its share of
         # items needs plus slack (a worker replaced mid-batch warms up again, hence the
         # last warm-up time), after which unfinished items count as timed out.
         slack = 2 + self.warmup_s
-        deadline = time.monotonic() + self.timeout * (len(items) / self.workers + 2) + slack
+        deadline = (
+            time.monotonic() + self.timeout * (len(items) / self.workers + per_call + 1) + slack
+        )
         rewards, timeouts, errors, stuck = [], 0, 0, False
-        for job in jobs:
+        for job, c in zip(jobs, calls):
             try:
-                reward, late, raised = job.get(timeout=max(deadline - time.monotonic(), 0.01))
+                got, late, raised = job.get(timeout=max(deadline - time.monotonic(), 0.01))
             except multiprocessing.TimeoutError:
-                reward, late, raised, stuck = 0.0, True, False, True
-            rewards.append(reward)
-            timeouts += late
-            errors += raised
+                got, late, raised, stuck = [0.0] * len(c), True, False, True
+            rewards += got
+            timeouts += late * len(c)
+            errors += raised * len(c)
         if stuck:  # a worker ignored its timer or died: start from fresh processes
             self.close()
         self.timeouts_total += timeouts

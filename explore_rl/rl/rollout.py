@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +19,7 @@ import numpy as np
 from explore_rl.data.tasks import Problem
 from explore_rl.models.tokenizer import PromptFormat, Tokenizer
 from explore_rl.rewards.math import Verifier, format_reward
+from explore_rl.rewards.registry import Reward
 from explore_rl.rl.advantages import zero_advantage_groups
 from explore_rl.rl.plan import RolloutPlan
 from explore_rl.sampling import engine as engine_lib
@@ -39,6 +39,8 @@ class Rollouts:
     timeouts: int = 0  # verifier items over time
     reward_errors: int = 0  # verifier items whose reward function raised
     engine: list[engine_lib.EngineStats] = dataclasses.field(default_factory=list)  # per call
+    # each reward function's own rewards [Q, G] (NaN: none given), by its name
+    by_function: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     @property
     def group_size(self) -> int:
@@ -53,7 +55,7 @@ class RolloutSettings:
     max_prompt_len: int  # longer prompts are dropped when the data is loaded (`fit_prompts`)
     sampling: sampler.SamplingConfig
     extractors: tuple[str, ...]  # answer extraction, in order (majority vote at eval)
-    reward: Callable[[str, Problem], float]  # picklable: runs in the verifier's workers
+    reward: Reward  # its functions run in the verifier's workers
     format_weight: float = 0.0  # reward += weight x (answer in \\boxed{})
     engine: engine_lib.EngineConfig = engine_lib.EngineConfig()  # decode slots, chunk
 
@@ -163,11 +165,11 @@ def generate(
         for i, (t, k) in enumerate(zip(tokens, keep))
     ]
     items = [(t, problems[i // g]) for i, t in enumerate(texts)]
-    scored = verifier.score(items, settings.reward)
-    scores = np.asarray(scored.rewards, np.float32).reshape(len(problems), g)
-    rewards = scores + settings.format_weight * np.asarray(
+    scored = settings.reward.score(verifier, items)
+    shape = (len(problems), g)
+    rewards = scored.total.reshape(shape) + settings.format_weight * np.asarray(
         [format_reward(t) for t in texts], np.float32
-    ).reshape(scores.shape)
+    ).reshape(shape)
     return Rollouts(
         problems,
         prompts,
@@ -175,11 +177,12 @@ def generate(
         out,
         texts,
         rewards,
-        scores > 0,
+        scored.correct.reshape(shape),
         plan.replace(problems=None),
         scored.timeouts,
         scored.errors,
         [stats],
+        {name: x.reshape(shape) for name, x in scored.by_function.items()},
     )
 
 
@@ -212,6 +215,9 @@ def select_groups(parts: list[tuple[Rollouts, int]], pad_id: int) -> Rollouts:
         texts=[t for r, i in parts for t in r.texts[rows(r, i)]],
         rewards=np.stack([r.rewards[i] for r, i in parts]),
         correct=np.stack([r.correct[i] for r, i in parts]),
+        by_function={
+            k: np.stack([r.by_function[k][i] for r, i in parts]) for k in parts[0][0].by_function
+        },
         plan=jax.tree.map(_concat, *[r.plan.rows(i, g) for r, i in parts]),
     )
 

@@ -237,6 +237,7 @@ def what_runs(run: Run, workdir: str, step: int) -> str:
     return "\n".join([
         f"model: {model}",
         f"task: {source}: {len(run.train_set)} training problems; held out: {held_out}",
+        f"reward: {s.reward.fn.describe()}",
         f"methods: {', '.join(n for n, _ in s.methods) or 'none (GRPO)'}",
         f"run: {workdir} ({resume}); tensorboard --logdir {workdir}",
     ])  # fmt: skip
@@ -263,8 +264,9 @@ def check_kept(spec: RunSpec, ckpt: Checkpointer) -> None:
 
 
 # The settings that make a run what it is (the rest may change when it resumes).
-_SAME_RUN = ("seed", "model.", "task.", "rollout.", "rl.", "optim.", "exploration.", "reward.name",
-             "reward.fn", "reward.extractors", "reward.format_weight")  # fmt: skip
+_SAME_RUN = ("seed", "model.", "task.", "rollout.", "rl.", "optim.", "exploration.",
+             "reward.name", "reward.fn", "reward.weights", "reward.extractors",
+             "reward.format_weight")  # fmt: skip
 # How rollouts and updates are scheduled, not what they are: a resume may change it (less
 # memory, say; results move by float rounding at most).
 _SCHEDULING = (

@@ -11,6 +11,7 @@ never stopped (`build.start`).
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sys
@@ -217,5 +218,9 @@ def _samples(ro, tok, n: int) -> list[dict]:
         row = {"question": p.question, "answer": p.answer, "response": ro.texts[i]}
         if p.prefix:
             row["prefix"] = tok.decode(list(p.prefix))
-        out.append({**row, "reward": float(ro.rewards.reshape(-1)[i])})
+        row["reward"] = float(ro.rewards.reshape(-1)[i])
+        if len(ro.by_function) > 1:  # each function's own (None: it gave none)
+            own = {k: float(x.reshape(-1)[i]) for k, x in ro.by_function.items()}
+            row["rewards"] = {k: None if math.isnan(x) else x for k, x in own.items()}
+        out.append(row)
     return out
