@@ -57,6 +57,11 @@ def test_smoke_cli_writes_the_run_directory_and_reruns(tmp_path):
     assert "task: arithmetic: 2000 training problems; held out: arithmetic (4)" in said
     assert "reward: 1 x math" in said
     assert "methods: none (GRPO)" in said
+    evaluation = [s for s in said if s.startswith("evaluation: ")]  # its size, then its time
+    assert re.fullmatch(r"evaluation: 8 responses of up to \d+ tokens \(eval.samples=2 per "
+                        r"question\), every 2 steps and after the last", evaluation[0])  # fmt: skip
+    minutes = re.match(r"evaluation: about ([\d.]+) min each at this step's decode", evaluation[1])
+    assert len(evaluation) == 2 and minutes and float(minutes[1]) >= 0
     assert f"run: {tmp_path} (new); tensorboard --logdir {tmp_path}" in said
     done = [s for s in said if s.startswith(f"done: 3 steps in {tmp_path}; step 3: reward/mean ")]
     assert len(done) == 1 and re.search(r"pass@1 [\d.]+, eval/average/pass@2 [\d.]+$", done[0])

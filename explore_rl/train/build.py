@@ -234,13 +234,40 @@ def what_runs(run: Run, workdir: str, step: int) -> str:
         for n, p in run.test_sets.items()
     ) or "none"  # fmt: skip
     resume = f"resuming after step {step}" if step else "new"
+    every = s.train.eval_every
+    evaluation = (
+        f"{evaluation_rows(run)} responses of up to {s.eval.max_new_tokens} tokens "
+        f"(eval.samples={s.eval.samples} per question), every {every} steps and after the last"
+        if every and run.test_sets else "off"
+    )  # fmt: skip
     return "\n".join([
         f"model: {model}",
         f"task: {source}: {len(run.train_set)} training problems; held out: {held_out}",
         f"reward: {s.reward.fn.describe()}",
         f"methods: {', '.join(n for n, _ in s.methods) or 'none (GRPO)'}",
+        f"evaluation: {evaluation}",
         f"run: {workdir} ({resume}); tensorboard --logdir {workdir}",
     ])  # fmt: skip
+
+
+def evaluation_rows(run: Run) -> int:
+    """Responses one held-out evaluation draws: its questions (each benchmark's first
+    `eval.num_prompts`) times `eval.samples`."""
+    cap = run.spec.eval.num_prompts
+    return run.spec.eval.samples * sum(min(cap or len(p), len(p)) for p in run.test_sets.values())
+
+
+def evaluation_time(run: Run, metrics: dict) -> str:
+    """What one evaluation will take, said once the first compiled step has run: its
+    responses at full length at that step's decode rate (response slots per second;
+    evaluation batches of another size decode at another rate, so it is an estimate)."""
+    r = run.spec.rollout
+    rate = r.prompts * r.group_size * r.max_new_tokens / metrics["time/rollout_s"]
+    seconds = evaluation_rows(run) * run.spec.eval.max_new_tokens / rate
+    return (
+        f"evaluation: about {seconds / 60:.1f} min each at this step's decode rate "
+        f"({rate:.0f} response tokens/s; eval.num_prompts and eval.samples size it)"
+    )
 
 
 def check_kept(spec: RunSpec, ckpt: Checkpointer) -> None:

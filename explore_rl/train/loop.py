@@ -28,7 +28,7 @@ from explore_rl.exploration import base as exploration
 from explore_rl.logs import RunLogger
 from explore_rl.rewards.math import Verifier
 from explore_rl.spec import RunSpec
-from explore_rl.train.build import start
+from explore_rl.train.build import evaluation_time, start
 from explore_rl.train.steps import run_evaluation, train_one_step
 
 
@@ -118,6 +118,9 @@ def _train(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mes
     with _StopSignals() as stop:
         for step in bar:
             progress, metrics, samples = step_fn(run, progress, step)
+            # this process's first step compiles; its second times decoding
+            if main and step == start_step + 1 and t.eval_every and run.test_sets:
+                tqdm.write(evaluation_time(run, metrics), file=sys.stderr)
             cut = not _evaluate_if_due(run, progress, step + 1, metrics, stop)
             if (step + 1) % t.log_every == 0 or step + 1 == t.steps:
                 logger.log(step + 1, metrics, samples)
