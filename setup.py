@@ -1,14 +1,30 @@
 """explore_rl: RL post-training of LLMs with verifiable rewards (GRPO) and exploration methods."""
 
+import glob
+import os
+import re
+
 from setuptools import find_packages, setup
+
+VERSION = re.search(r'__version__ = "(.+)"', open("explore_rl/__init__.py").read())[1]
+# data/ (benchmark files, the lab's splits and tokenizer) travels in a wheel as
+# explore_rl/benchmarks/ (explore_rl.data.jsonl.DATA_DIR finds either)
+DATA = sorted(os.path.relpath(f, "data") for f in glob.glob("data/**/*.*", recursive=True))
+DATA += ["gsm8k/LICENSE"]
 
 setup(
     name="explore_rl",
-    version="0.1.0",
+    version=VERSION,
     description="JAX GRPO with EDEN, ASE, ExTra and EAD exploration",
     long_description=open("README.md").read(),
     long_description_content_type="text/markdown",
-    packages=find_packages(include=["explore_rl", "explore_rl.*", "configs"]),
+    packages=[
+        *find_packages(include=["explore_rl", "explore_rl.*", "configs"]),
+        "explore_rl.benchmarks",
+    ],
+    package_dir={"explore_rl.benchmarks": "data"},
+    package_data={"explore_rl.benchmarks": DATA},
+    entry_points={"console_scripts": ["explore-rl = explore_rl.main:cli"]},
     python_requires=">=3.10",
     install_requires=[
         "jax>=0.7",
@@ -49,5 +65,7 @@ setup(
             "wandb",  # logging.wandb (its test runs offline)
         ],
         "wandb": ["wandb"],  # logging.wandb=True
+        "cuda12": ["jax[cuda12]>=0.7"],  # NVIDIA GPUs: jaxlib's CUDA 12 wheels
+        "tpu": ["jax[tpu]>=0.7"],  # a Cloud TPU VM: libtpu
     },
 )

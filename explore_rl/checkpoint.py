@@ -319,6 +319,22 @@ def open_workdir(workdir: str) -> None:
         raise ValueError(f"--workdir {workdir}: not writable")
 
 
+def enclosing_run(path: str) -> str | None:
+    """The run directory (a folder with config.json and checkpoints/) holding `path`, or
+    `path` itself: a folder another mode must not write into (its files would replace the
+    run's or break its resume)."""
+    path = os.path.abspath(path)
+    while True:
+        if os.path.isfile(os.path.join(path, "config.json")) and os.path.isdir(
+            os.path.join(path, "checkpoints")
+        ):
+            return path
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+
+
 @contextlib.contextmanager
 def only_writer(workdir: str, take: bool = True):
     """While held, no other run writes `workdir`: two resumes of one run would log each

@@ -125,7 +125,8 @@ def _run(mode: str, config, workdir: str | None):
         train(config, workdir)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`python -m explore_rl.main ...`, and the `explore-rl` command (setup.py)."""
     flags.mark_flag_as_required("config")
     argv = config_lib.config_argv(sys.argv)
     try:
@@ -134,3 +135,7 @@ if __name__ == "__main__":
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     app.run(main, argv=argv)
+
+
+if __name__ == "__main__":
+    cli()

@@ -23,7 +23,7 @@ def test_bench_scale_reports_throughput_mfu_and_memory_per_shape():
 
 
 def test_bench_engine_reports_what_each_slot_count_did():
-    """Each slot count as the bench's own process runs it (the README runs the whole
+    """Each slot count as the bench's own process runs it (docs/scaling.md runs the whole
     command, a process per count)."""
     common = ["engine", "--random-init", "tiny-llama", "--prompts", "2", "--group", "4",
               "--new-tokens", "8", "--chunk", "2", "--only"]  # fmt: skip

@@ -284,9 +284,10 @@ def test_over_long_prompts_are_found_when_the_data_is_loaded(caplog):
 
 
 def test_named_files_are_read_without_naming_the_jsonl_task(tmp_path):
-    """`--config.task.train_path=... --config.task.test_paths=...` as the README writes
-    them: the files are the task (the default task, arithmetic, reads no file and once
-    trained on generated questions instead, without a word)."""
+    """`--config.task.train_path=... --config.task.test_paths=...` as
+    docs/data_and_rewards.md writes them: the files are the task (the default task,
+    arithmetic, reads no file and once trained on generated questions instead, without a
+    word)."""
     from explore_rl import config as config_lib
 
     rows = [{"question": f"{i} + 1?", "answer": str(i + 1)} for i in range(5)]

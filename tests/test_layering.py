@@ -42,8 +42,11 @@ def package_imports(root: pathlib.Path) -> dict[str, set[str]]:
     """{module: the package's modules it imports}, names relative to the package."""
     paths = {}
     for p in root.rglob("*.py"):
-        if p.name == "__init__.py" and not p.read_text().strip():
-            continue  # an empty package marker imports nothing and is in no layer
+        imports = any(
+            isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(ast.parse(p.read_text()))
+        )
+        if p.name == "__init__.py" and not imports:
+            continue  # a package marker (empty, or its docstring and version) is in no layer
         parts = p.relative_to(root).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         paths[name] = p

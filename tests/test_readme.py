@@ -1,16 +1,22 @@
-"""Every command in README.md runs: the README is a contract.
+"""Every command in README.md and docs/ runs: the documentation is a contract.
 
-The commands are read from the README itself (its shell blocks, then its Python block)
-and run in order in one fresh folder outside the clone, as a user would type them, each
-at the smallest size that still does what it says (`smoke` below): a training command
-trains the same config at its smoke scale, a sampling command draws a few tokens, a
-benchmark times a tiny random model of the same code path, and a model folder the README
-only names is the embedded model's HF folder.
-`make test` is the command that runs this suite; `make demo` is checked with `make -n`
-(its recipe resolves and runs `configs/grpo.py:demo`, trained here at smoke scale).
+The commands are read from the pages themselves (their shell blocks) and run in order in
+one fresh folder outside the clone, as a user would type them, each at the smallest size
+that still does what it says (`smoke` below): a training command trains the same config at
+its smoke scale, a sampling command draws a few tokens, a benchmark times a tiny random
+model of the same code path, and a model folder a page only names is the embedded model's
+HF folder. A Python block that starts with a file name (`# my_rewards.py: ...`) is that
+file, written into the folder first; the getting-started page's Python block runs as a
+script. A command the pages give twice runs once. `docs/adding_a_method.md` is the
+exception: its files go inside the package, so `tests/test_adding_a_method.py` places them
+and runs its tests and training. `make test` is the command that runs this suite;
+`make demo` is checked with `make -n` (its recipe resolves and runs
+`configs/grpo.py:demo`, trained here at smoke scale).
 """
 
+import glob
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -21,35 +27,54 @@ pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
+PAGES = ["README.md"] + sorted(
+    os.path.relpath(p, ROOT)
+    for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))
+    if not p.endswith("adding_a_method.md")
+)
+FILE_BLOCK = re.compile(r"# ([\w.]+\.py)\b")  # a Python block that is a file of that name
 
 
-def readme_blocks(lang: str) -> list[str]:
-    """The README's ``` blocks of one language: "" the shell, "python", "text" (not run)."""
-    with open(os.path.join(ROOT, "README.md")) as f:
-        lines = f.read().splitlines()
-    blocks, current = [], None
-    for line in lines:
-        if line.startswith("```"):
-            if current is None:
-                current = [line[3:].strip()]
-            else:
-                if current[0] == lang:
-                    blocks.append("\n".join(current[1:]) + "\n")
-                current = None
-        elif current is not None:
-            current.append(line)
+def page_blocks(lang: str, pages: list[str] = PAGES) -> list[str]:
+    """The pages' ``` blocks of one language: "" the shell, "python", "text" (not run)."""
+    blocks = []
+    for page in pages:
+        with open(os.path.join(ROOT, page)) as f:
+            lines = f.read().splitlines()
+        current = None
+        for line in lines:
+            if line.startswith("```"):
+                if current is None:
+                    current = [line[3:].strip()]
+                else:
+                    if current[0] == lang:
+                        blocks.append("\n".join(current[1:]) + "\n")
+                    current = None
+            elif current is not None:
+                current.append(line)
     return blocks
 
 
-def readme_commands() -> list[list[str]]:
-    """The README's shell commands, continuation lines joined, comments dropped."""
+def page_commands() -> list[list[str]]:
+    """The pages' shell commands, continuation lines joined, comments dropped, each once."""
     commands = []
-    for block in readme_blocks(""):
+    for block in page_blocks(""):
         for line in block.replace("\\\n", " ").splitlines():
             words = shlex.split(line, comments=True)
-            if words:
+            if words and words not in commands:
                 commands.append(words)
     return commands
+
+
+def page_files() -> dict[str, str]:
+    """The files the pages' Python blocks are, by name."""
+    files = {}
+    for block in page_blocks("python"):
+        named = FILE_BLOCK.match(block)
+        if named:
+            assert named[1] not in files, f"two pages write {named[1]}"
+            files[named[1]] = block
+    return files
 
 
 def _config_at_smoke_scale(spec: str) -> str:
@@ -74,6 +99,8 @@ def smoke(words: list[str], hf_folder: str) -> list[str]:
         out.append(w)
     if out[0] == "python":
         out[0] = sys.executable
+    if out[0] == "explore-rl":  # the command an install puts beside its Python
+        out[0] = os.path.join(os.path.dirname(sys.executable), "explore-rl")
     if "--mode" in out and out[out.index("--mode") + 1] == "sample":
         out += ["--config.sample.num_prompts=2", "--config.sample.max_new_tokens=8"]
     if out[1:3] == ["-m", "explore_rl.bench"]:
@@ -141,7 +168,7 @@ def smoke(words: list[str], hf_folder: str) -> list[str]:
     return out
 
 
-COMMANDS = readme_commands()
+COMMANDS = page_commands()
 
 
 def test_the_readme_has_its_commands():
@@ -152,11 +179,13 @@ def test_the_readme_has_its_commands():
 
 @pytest.fixture(scope="module")
 def user_folder(tmp_path_factory):
-    """A folder outside the clone with the project's data/ and launch/ (the README's
-    relative paths), and the comparison folder `runs/cmp` its report commands read."""
+    """A folder outside the clone with the project's data/ and launch/ (the pages'
+    relative paths), and the files the pages' Python blocks are."""
     folder = tmp_path_factory.mktemp("user")
     for name in ("data", "launch"):
         os.symlink(os.path.join(ROOT, name), folder / name)
+    for name, text in page_files().items():
+        (folder / name).write_text(text)
     return folder
 
 
@@ -195,6 +224,12 @@ def reads(words: list[str]) -> list[str]:
     found = [_option(words, "--config.eval.checkpoint"), _option(words, "--config.model.path")]
     if "runs/cmp/*" in words:
         found += list(CMP.values())
+    if words[1:3] == ["-m", "explore_rl.analysis"]:  # the run directories it compares
+        found += [
+            w
+            for w in words
+            if w.startswith("runs/") and "*" not in w and w != _option(words, "--out")
+        ]
     return [r for r in found if r and r.startswith("runs/")]
 
 
@@ -253,12 +288,14 @@ def test_every_run_a_readme_command_reads_is_trained_by_another():
 CACHE = "from explore_rl import caching; caching.enable_compilation_cache()\n"  # as a notebook
 
 
-def test_the_readme_python_runs(user_folder):
+def test_the_getting_started_python_runs(user_folder):
     done = subprocess.run(
         [
             sys.executable,
             "-c",
-            CACHE + readme_blocks("python")[0] + "\nprint(rollout.tokens.shape)",
+            CACHE
+            + page_blocks("python", ["docs/getting_started.md"])[0]
+            + "\nprint(rollout.tokens.shape)",
         ],
         cwd=user_folder,
         env=dict(os.environ, JAX_PLATFORMS="cpu"),

@@ -25,6 +25,7 @@ from explore_rl import testing
 from explore_rl.data import tasks
 from explore_rl.logs import read_metrics
 from explore_rl.modes import eval as eval_mode
+from explore_rl.modes import sample as sample_mode
 from explore_rl.train import build, loop
 
 pytestmark = pytest.mark.slow
@@ -459,6 +460,16 @@ def test_one_run_per_work_directory_and_a_killed_holder_leaves_no_lock(existing_
         last = out.stderr.strip().splitlines()[-1]
         assert out.returncode == 2, out.stderr[-3000:]
         assert last.startswith(f"error: --workdir {existing_run} is in use by pid {holder.pid} on ")
+        # evaluation and sampling write their folder too: refused there before any model
+        # is read (a sample's folder may not be a run's at all: its config.json is the run's)
+        c = testing.smoke()
+        with pytest.raises(ValueError, match=f"in use by pid {holder.pid} on "):
+            eval_mode.run_eval(c, str(existing_run))
+        out = run_main("--mode", "sample", *ARGS, "--workdir", str(existing_run))
+        assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith(
+            f"error: --workdir {existing_run}: inside the run directory {existing_run}; "
+            "sample elsewhere"
+        )
         holder.send_signal(signal.SIGKILL)
         holder.wait(timeout=60)
     finally:
@@ -468,4 +479,8 @@ def test_one_run_per_work_directory_and_a_killed_holder_leaves_no_lock(existing_
         with pytest.raises(ValueError, match="is in use by pid"):  # one writer per process too
             with checkpoint_lib.only_writer(str(existing_run)):
                 pass
+    samples = str(tmp_path / "samples")  # a sampling folder in use: refused before the model
+    with checkpoint_lib.only_writer(samples):
+        with pytest.raises(ValueError, match=f"--workdir {samples} is in use by pid"):
+            sample_mode.run_sample(testing.smoke(), samples)
     assert _snapshot(existing_run) == before

@@ -11,6 +11,7 @@ from explore_rl.data import jsonl
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 USER_FACING = (
     "README.md",
+    "CHANGELOG.md",
     "explore_rl",
     "configs",
     "data",

@@ -233,8 +233,11 @@ def benchmark_name(path: str) -> str:
     return stem
 
 
-# The project's benchmark files (a clone or an editable install): data/<preset>/*.jsonl.
-DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "data")
+# The project's data files, data/<preset>/*.jsonl and the lab's tokenizer: the copy a
+# wheel installs as explore_rl/benchmarks/, else (a clone, an editable install) data/.
+_PACKAGE = os.path.dirname(os.path.dirname(__file__))
+_WHEEL = os.path.join(_PACKAGE, "benchmarks")
+DATA_DIR = _WHEEL if os.path.isdir(_WHEEL) else os.path.join(os.path.dirname(_PACKAGE), "data")
 
 
 def preset_paths(preset: str) -> tuple[str, str]:

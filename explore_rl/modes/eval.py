@@ -28,8 +28,12 @@ def run_eval(c, workdir: str | None) -> dict:
     the training run's methods need not be in the eval config."""
     spec = config_lib.spec(c)
     explorers = exploration.build(spec)
-    if workdir and parallel.is_main_process():  # now, not after the whole evaluation
-        checkpoint_lib.open_workdir(workdir)
+    # one writer per work directory, checked now, not after the whole evaluation
+    with checkpoint_lib.only_writer(workdir, take=bool(workdir) and parallel.is_main_process()):
+        return _evaluate(spec, explorers, workdir)
+
+
+def _evaluate(spec, explorers: list, workdir: str | None) -> dict:
     mesh = config_lib.mesh(spec.mesh)
     params, cfg, tok = config_lib.load_policy(spec.model, spec.seed, parallel.placer(mesh))
     run = Run.create(spec, explorers, cfg, tok, verifier=None, mesh=mesh)

@@ -65,26 +65,13 @@ def trained_params(c, mesh):
     return saved["state"]["params"], cfg, step
 
 
-def _enclosing_run(path: str) -> str | None:
-    """The run directory (a folder with config.json and checkpoints/) holding `path`."""
-    while True:
-        if os.path.isfile(os.path.join(path, "config.json")) and os.path.isdir(
-            os.path.join(path, "checkpoints")
-        ):
-            return path
-        parent = os.path.dirname(path)
-        if parent == path:
-            return None
-        path = parent
-
-
 def run_export(c, workdir: str | None) -> str:
     """Write the HF folder to `workdir`; returns its path."""
     if not workdir:
         raise ValueError("--mode export needs --workdir (the folder to write)")
     if os.path.isdir(workdir) and os.listdir(workdir):
         raise ValueError(f"--workdir {workdir}: not empty (export writes a fresh folder)")
-    run = _enclosing_run(os.path.abspath(workdir))
+    run = checkpoint_lib.enclosing_run(workdir)
     if run:  # a folder among its checkpoints would break its resume and evaluation
         raise ValueError(f"--workdir {workdir}: inside the run directory {run}; export elsewhere")
     source = weights.model_folder(c.model.path)

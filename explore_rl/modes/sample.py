@@ -18,8 +18,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from explore_rl import checkpoint, parallel
 from explore_rl import config as config_lib
-from explore_rl import parallel
 from explore_rl.data import jsonl
 from explore_rl.sampling import engine, sampler
 from explore_rl.train import sizing
@@ -72,6 +72,14 @@ def engine_for(config, cfg, rows: list[list[int]], axis_sizes: dict, capacity=No
 def run_sample(config, workdir: str | None) -> list[dict]:
     config_lib.validate_sample(config)
     prompts = load_prompts(config)  # a bad prompt file is said before the model is read
+    run = workdir and checkpoint.enclosing_run(workdir)
+    if run:  # its config.json would be replaced by this one
+        raise ValueError(f"--workdir {workdir}: inside the run directory {run}; sample elsewhere")
+    with checkpoint.only_writer(workdir, take=bool(workdir) and parallel.is_main_process()):
+        return _sample(config, prompts, workdir)
+
+
+def _sample(config, prompts: list, workdir: str | None) -> list[dict]:
     start = time.perf_counter()
     mesh = config_lib.mesh(config_lib.mesh_settings(config))  # rows over every device
     model = config_lib.model_settings(config)

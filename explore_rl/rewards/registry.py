@@ -52,7 +52,6 @@ from explore_rl.rewards import math as math_rewards
 # `reward.name` -> a builder `reward section -> f(response, problem) -> float`
 REWARDS = Registry("reward.name", package="explore_rl.rewards")
 register = REWARDS.register
-CALLINGS = ("ours", "verl", "trl")
 
 
 def extractors(section) -> tuple[str, ...]:
@@ -131,12 +130,18 @@ def calling_of(fn, said: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class Function:
     """One of a run's reward functions: its name (logged as `reward/<name>/mean`), the
-    function, how it is called (`CALLINGS`) and its weight."""
+    function, how it is called ("ours", "verl" or "trl") and its weight."""
 
     name: str
     fn: Callable
     calling: str = "ours"
     weight: float = 1.0
+
+    def addend(self, rewards: np.ndarray) -> np.ndarray:
+        """What its rewards add to the sum: weighted; TRL's None (NaN here) adds nothing,
+        as in TRL's nansum, while a NaN of ours or verl's is a broken reward and stays NaN
+        (the update skips it and counts it)."""
+        return self.weight * (np.nan_to_num(rewards, nan=0.0) if self.calling == "trl" else rewards)
 
     def score(self, verifier: math_rewards.Verifier, items: list) -> math_rewards.Scores:
         """Its rewards of (response, problem) pairs, in the verifier's workers."""
@@ -172,9 +177,9 @@ class Reward:
             s = f.score(verifier, items)
             by_function[f.name] = np.asarray(s.rewards, np.float32)
             timeouts, errors = timeouts + s.timeouts, errors + s.errors
-        weighted = [f.weight * by_function[f.name] for f in self.functions]
+        weighted = [f.addend(by_function[f.name]) for f in self.functions]
         first = by_function[self.functions[0].name]
-        total = np.nansum(np.stack(weighted), axis=0).astype(np.float32)
+        total = np.sum(np.stack(weighted), axis=0).astype(np.float32)
         return Scored(total, np.nan_to_num(first) > 0, by_function, timeouts, errors)
 
     def describe(self) -> str:

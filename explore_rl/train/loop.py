@@ -118,8 +118,9 @@ def _train(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mes
     with _StopSignals() as stop:
         for step in bar:
             progress, metrics, samples = step_fn(run, progress, step)
-            # this process's first step compiles; its second times decoding
-            if main and step == start_step + 1 and t.eval_every and run.test_sets:
+            # this process's first step compiles; its second times decoding (SFT: none)
+            timed = "time/rollout_s" in metrics and t.eval_every and run.test_sets
+            if main and step == start_step + 1 and timed:
                 tqdm.write(evaluation_time(run, metrics), file=sys.stderr)
             cut = not _evaluate_if_due(run, progress, step + 1, metrics, stop)
             if (step + 1) % t.log_every == 0 or step + 1 == t.steps:
