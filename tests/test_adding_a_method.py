@@ -1,18 +1,18 @@
 """docs/adding_a_method.md as written: its module, config and test files, placed where the
-page says (the module as `explore_rl.exploration.group_temperature`, the config as
-`configs/group_temperature.py` of the working directory), and its tests run. Nothing in
-the package changes: the page's promise that a method is one module, one config and one
-test file."""
+page says in a copy of the project (the module in `explore_rl/exploration/`, the config in
+`configs/`, the test in `tests/`), and the page's commands run there as typed. Nothing
+else in the package changes: the page's promise that a method is one module, one config
+and one test file."""
 
-import importlib.util
-import inspect
 import os
 import re
-import sys
+import shlex
+import shutil
+import subprocess
 
 import pytest
 
-from explore_rl.exploration import base
+from explore_rl.logs import read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = os.path.join(ROOT, "docs", "adding_a_method.md")
@@ -25,14 +25,6 @@ def _blocks() -> list[str]:
         return re.findall(r"```python\n(.*?)```", f.read(), re.S)
 
 
-def _module(name: str, path: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_page_has_a_module_a_config_and_a_test():
     module, config, test = _blocks()
     assert '@register("group_temperature")' in module
@@ -43,26 +35,28 @@ def test_the_page_has_a_module_a_config_and_a_test():
     ]
 
 
-def test_the_pages_method_runs_its_own_tests(tmp_path, monkeypatch):
+def test_the_pages_commands_run_as_typed(tmp_path):
+    """The page's commands, typed in a copy of the project with the page's three files
+    where it puts them (the module inside the package): its test file under pytest, its
+    config trained (the demo at smoke scale, as the README's commands run), and compared
+    with a GRPO run. The package itself is not touched."""
+    from test_readme import page_blocks, smoke
+
     module, config, test = _blocks()
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "configs").mkdir()
+    skip = shutil.ignore_patterns("__pycache__")
+    for name in ("explore_rl", "configs"):
+        shutil.copytree(os.path.join(ROOT, name), tmp_path / name, ignore=skip)
+    os.symlink(os.path.join(ROOT, "data"), tmp_path / "data")
+    (tmp_path / "explore_rl" / "exploration" / "group_temperature.py").write_text(module)
     (tmp_path / "configs" / "group_temperature.py").write_text(config)
-    (tmp_path / "group_temperature.py").write_text(module)
-    (tmp_path / "test_group_temperature.py").write_text(test)
-    name = "explore_rl.exploration.group_temperature"
-    monkeypatch.delitem(sys.modules, name, raising=False)  # restored afterwards
-    monkeypatch.delitem(base.REGISTRY, "group_temperature", raising=False)
-    try:
-        _module(name, str(tmp_path / "group_temperature.py"))
-        assert "group_temperature" in base.REGISTRY
-        tests = _module("test_group_temperature", str(tmp_path / "test_group_temperature.py"))
-        for fn_name, fn in inspect.getmembers(tests, inspect.isfunction):
-            if fn_name.startswith("test_"):
-                kwargs = {"tmp_path": tmp_path / fn_name} if "tmp_path" in inspect.signature(
-                    fn
-                ).parameters else {}  # fmt: skip
-                fn(**kwargs)
-    finally:
-        base.REGISTRY.pop("group_temperature", None)  # the package's four methods only
-        sys.modules.pop("test_group_temperature", None)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_group_temperature.py").write_text(test)
+    (block,) = page_blocks("", ["docs/adding_a_method.md"])
+    grpo = "python -m explore_rl.main --config configs/grpo.py:demo --workdir runs/demo"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the copy, not the clone
+    for line in [grpo, *block.splitlines()]:
+        command = smoke(shlex.split(line, comments=True), hf_folder="")
+        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, f"{line}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    rows = read_metrics(str(tmp_path / "runs" / "gt"))
+    assert rows and all(0.8 <= r["group_temperature/mean"] <= 1.4 for r in rows)
