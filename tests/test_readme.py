@@ -7,9 +7,9 @@ its smoke scale, a sampling command draws a few tokens, a benchmark times a tiny
 model of the same code path, and a model folder a page only names is the embedded model's
 HF folder. A Python block that starts with a file name (`# my_rewards.py: ...`) is that
 file, written into the folder first; the getting-started page's Python block runs as a
-script. A command the pages give twice runs once. `docs/adding_a_method.md` is the
-exception: its files go inside the package, so `tests/test_adding_a_method.py` places them
-and runs its tests and training. `make test` is the command that runs this suite;
+script. A command the pages give twice runs once. `docs/adding_a_method.md`'s commands
+need its files inside the package: `tests/test_adding_a_method.py` runs them in a copy of
+the project with the files placed. `make test` is the command that runs this suite;
 `make demo` is checked with `make -n` (its recipe resolves and runs
 `configs/grpo.py:demo`, trained here at smoke scale).
 """
