@@ -9,8 +9,9 @@ from setuptools import find_packages, setup
 VERSION = re.search(r'__version__ = "(.+)"', open("explore_rl/__init__.py").read())[1]
 # data/ (benchmark files, the lab's splits and tokenizer) travels in a wheel as
 # explore_rl/benchmarks/ (explore_rl.data.jsonl.DATA_DIR finds either)
-DATA = sorted(os.path.relpath(f, "data") for f in glob.glob("data/**/*.*", recursive=True))
-DATA += ["gsm8k/LICENSE"]
+DATA = sorted(
+    os.path.relpath(f, "data") for f in glob.glob("data/**/*", recursive=True) if os.path.isfile(f)
+)
 
 setup(
     name="explore_rl",

@@ -198,6 +198,7 @@ class RunSpec:
             self.rollout_settings(tok),
             sampling=dataclasses.replace(self.eval_sampling, stop_ids=tuple(tok.stop_ids)),
             format_weight=0.0,
+            reward=Reward(self.reward.fn.functions[:1]),  # what counts as correct, alone
         )
 
 

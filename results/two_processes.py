@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 
+from explore_rl import testing
 from explore_rl.logs import read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,7 +33,7 @@ def main():
     command = [
         sys.executable, "-m", "explore_rl.main", f"--config={args.config}",
         "--config.train.eval_every=0", f"--config.train.steps={args.steps}",
-        "--config.reward.fn=test_rewards:parity_of_length",  # mixed groups: real updates
+        f"--config.reward.fn={testing.PARITY}",  # mixed groups: real updates
     ]  # fmt: skip
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.path.join(ROOT, "tests"))
     env.pop("XLA_FLAGS", None)

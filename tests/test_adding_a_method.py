@@ -38,7 +38,7 @@ def test_the_page_has_a_module_a_config_and_a_test():
 def test_the_pages_commands_run_as_typed(tmp_path):
     """The page's commands, typed in a copy of the project with the page's three files
     where it puts them (the module inside the package): its test file under pytest, its
-    config trained (the demo at smoke scale, as the README's commands run), and compared
+    config trained (the demo at smoke scale, as the documentation's commands run), and compared
     with a GRPO run. The package itself is not touched."""
     from test_readme import page_blocks, smoke
 

@@ -161,7 +161,8 @@ def test_the_run_spec_holds_every_field_of_the_run_once():
         "eval": [s.eval], "mesh": [s.mesh], "optim": [s.optim], "rl": [s.update, s.loss],
         "reward": [s.reward], "sft": [s.sft],
     }  # fmt: skip
-    derived = {"task.name", "task.own", "rl.score_temperature", "rl.max_response_len", "reward.fn"}
+    derived = {"task.name", "task.own", "rl.score_temperature", "rl.max_response_len", "reward.fn",
+               "reward.weights"}  # fmt: skip
     for section, typed in homes.items():
         held = {f"{section}.{f.name}": getattr(t, f.name) for t in typed
                 for f in dataclasses.fields(t)}  # fmt: skip
@@ -171,10 +172,11 @@ def test_the_run_spec_holds_every_field_of_the_run_once():
         for key, value in given.items():
             if key == "reward.extractors":  # a comma-separated string, split once
                 assert held[key] == tuple(value.split(",")), key
-            elif key not in ("reward.name",):  # the name builds `reward.fn`
+            elif key not in ("reward.name",):  # the name (or fn, weights) build `reward.fn`
                 assert held[key] == value, key
     assert s.loss.score_temperature == 1.0 and s.loss.max_response_len == 32
-    assert s.task.name == "arithmetic" and s.reward.fn("\\boxed{3}", _Problem("3")) == 1.0
+    (math,) = s.reward.fn.functions
+    assert s.task.name == "arithmetic" and math.fn("\\boxed{3}", _Problem("3")) == 1.0
     assert [n for n, _ in s.methods] == ["eden", "ead"]
     eden_settings = dict(s.methods)["eden"]
     assert dataclasses.asdict(eden_settings) == config_lib.method_section(c, "eden").to_dict()

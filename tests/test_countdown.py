@@ -143,8 +143,8 @@ def test_the_task_and_its_reward_through_the_config():
     assert len(train) == 40 and list(tests) == ["countdown"] and len(tests["countdown"]) == 10
     assert all(len(cd.parse_question(p.question)[0]) == 4 for p in train)
     solved = next(p for p in train if p.solution)
-    assert spec.reward.fn(solved.solution, solved) == 1.0
-    assert spec.reward.fn("1+1=2", solved) == 0.0
+    (reward,) = spec.reward.fn.functions
+    assert reward.fn(solved.solution, solved) == 1.0 and reward.fn("1+1=2", solved) == 0.0
     c.task.countdown.inputs = 9
     with pytest.raises(ValueError, match=r"^config: task.countdown.inputs=9: must be in"):
         config_lib.spec(c)

@@ -89,7 +89,8 @@ def test_the_task_and_its_reward_through_the_config():
     c.task.multistep.problems_seed = 1
     assert config_lib.load_problems(config_lib.spec(c))[1] != tests
     assert len(train) == 30 and len(tests["multistep"]) == 10
-    assert all(p.solution and spec.reward.fn(p.solution, p) == 1.0 for p in train)
+    (reward,) = spec.reward.fn.functions
+    assert all(p.solution and reward.fn(p.solution, p) == 1.0 for p in train)
     c.task.multistep.ops = "+/"
     with pytest.raises(ValueError, match=r"^config: task.multistep.ops='\+/'"):
         config_lib.spec(c)

@@ -87,7 +87,7 @@ def _config_at_smoke_scale(spec: str) -> str:
 
 
 def smoke(words: list[str], hf_folder: str) -> list[str]:
-    """A README command at the smallest size that still does what it says."""
+    """A command of the pages at the smallest size that still does what it says."""
     if words[:1] == ["make"]:
         return ["make", "-n", "-C", ROOT, *words[1:]]
     out = []
@@ -180,12 +180,15 @@ def test_the_readme_has_its_commands():
 @pytest.fixture(scope="module")
 def user_folder(tmp_path_factory):
     """A folder outside the clone with the project's data/ and launch/ (the pages'
-    relative paths), and the files the pages' Python blocks are."""
+    relative paths), the files the pages' Python blocks are, and what the ones the pages
+    run write (a data file: a command that trains on it passes when it runs alone too)."""
     folder = tmp_path_factory.mktemp("user")
     for name in ("data", "launch"):
         os.symlink(os.path.join(ROOT, name), folder / name)
     for name, text in page_files().items():
         (folder / name).write_text(text)
+        if ["python", name] in COMMANDS:
+            subprocess.run([sys.executable, name], cwd=folder, check=True)
     return folder
 
 
@@ -196,7 +199,7 @@ def hf_folder():
     return weights.gguf_as_hf_folder(weights.embedded_model_path())
 
 
-# The comparison folder the README's report commands read: runs it trained, by name.
+# The comparison folder the report commands of docs/configs.md read: runs it trained, by name.
 CMP = {"grpo-s0": "runs/demo", "ead-s0": "runs/ead", "eden-s0": "runs/eden"}
 
 
@@ -210,7 +213,7 @@ def _option(words: list[str], name: str) -> str | None:
 
 
 def trains(words: list[str]) -> str | None:
-    """The folder a README command writes that another reads: a training or SFT run's
+    """The folder a command of the pages writes that another reads: a training or SFT run's
     directory, or an export's model folder (None for any other command)."""
     writers = (None, "train", "sft", "export")
     if words[1:3] != ["-m", "explore_rl.main"] or _option(words, "--mode") not in writers:
@@ -219,7 +222,7 @@ def trains(words: list[str]) -> str | None:
 
 
 def reads(words: list[str]) -> list[str]:
-    """The run directories a README command reads: a checkpoint it evaluates or exports,
+    """The run directories a command of the pages reads: a checkpoint it evaluates or exports,
     a model folder it starts from, or the comparison folder's runs."""
     found = [_option(words, "--config.eval.checkpoint"), _option(words, "--config.model.path")]
     if "runs/cmp/*" in words:
@@ -238,7 +241,7 @@ def _run(words: list[str], user_folder, hf_folder):
     path = os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)
     return command, subprocess.run(
         " ".join(shlex.quote(w) if "*" not in w else w for w in command),
-        shell=True,  # the README's globs expand as in the user's shell
+        shell=True,  # the pages' globs expand as in the user's shell
         cwd=user_folder,
         env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=path),
         capture_output=True,
@@ -253,7 +256,7 @@ def _check(command, done):
 
 
 def _trained(run: str, user_folder, hf_folder) -> None:
-    """The README's run `run` (e.g. runs/demo), trained by its own README command unless
+    """A run `run` of the pages (e.g. runs/demo), trained by its own command unless
     an earlier command already did (and what that command reads, first): each command
     passes when it runs alone too."""
     if (user_folder / run / "config.json").exists():
@@ -264,7 +267,7 @@ def _trained(run: str, user_folder, hf_folder) -> None:
     _check(*_run(writer, user_folder, hf_folder))
 
 
-@pytest.mark.parametrize("words", COMMANDS, ids=[" ".join(c)[:70] for c in COMMANDS])
+@pytest.mark.parametrize("words", COMMANDS, ids=[" ".join(c) for c in COMMANDS])
 def test_the_readme_command_runs(words, user_folder, hf_folder):
     for run in reads(words):
         _trained(run, user_folder, hf_folder)

@@ -58,10 +58,12 @@ def test_smoke_cli_writes_the_run_directory_and_reruns(tmp_path):
     assert "reward: 1 x math" in said
     assert "methods: none (GRPO)" in said
     evaluation = [s for s in said if s.startswith("evaluation: ")]  # its size, then its time
-    assert re.fullmatch(r"evaluation: 8 responses of up to \d+ tokens \(eval.samples=2 per "
+    size = re.fullmatch(r"evaluation: 8 responses of up to (\d+) tokens \(eval.samples=2 per "
                         r"question\), every 2 steps and after the last", evaluation[0])  # fmt: skip
-    minutes = re.match(r"evaluation: about ([\d.]+) min each at this step's decode", evaluation[1])
-    assert len(evaluation) == 2 and minutes and float(minutes[1]) >= 0
+    timed = re.fullmatch(r"evaluation: about ([\d.]+) min each at this step's generation rate "
+                         r"\((\d+) response slots/s; .*\)", evaluation[1])  # fmt: skip
+    assert len(evaluation) == 2 and size and timed  # 8 responses' slots at the rate said
+    assert float(timed[1]) == pytest.approx(8 * int(size[1]) / int(timed[2]) / 60, abs=0.051)
     assert f"run: {tmp_path} (new); tensorboard --logdir {tmp_path}" in said
     done = [s for s in said if s.startswith(f"done: 3 steps in {tmp_path}; step 3: reward/mean ")]
     assert len(done) == 1 and re.search(r"pass@1 [\d.]+, eval/average/pass@2 [\d.]+$", done[0])

@@ -260,6 +260,8 @@ class Verifier:
         worker on its share of `items`, timed `timeout` per item; a call over time or
         raising scores each of its items 0, counted per item."""
         fn = fn or self.fn
+        if not items:
+            return Scores([], 0, 0)
         if self._pool is None:
             self._start()
         if not self._warm:

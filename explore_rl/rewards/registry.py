@@ -4,9 +4,11 @@
 "package.module:function" (importable by that name: the workers import it), and
 `reward.weights` their weights (default 1 each); a response's reward is the weighted sum
 (a function's missing reward, TRL's None, adds nothing), and the **first** function's
-reward > 0 is what counts as correct (accuracy, Pass@k, DAPO's filter). Empty `reward.fn`
-is `reward.name` alone. With several, each function's mean is logged as
-`reward/<name>/mean` (TRL's `rewards/<name>/mean`).
+reward > 0 is what counts as correct (accuracy, the held-out Pass@k, which evaluation
+scores with that function alone, and the methods' gates: ExTra's novelty, ASE's
+contrasts); DAPO's filter and the advantages use the sum. Empty `reward.fn` is
+`reward.name` alone. Each function's mean is logged as `reward/<name>/mean` (TRL's
+`rewards/<name>/mean`).
 
     reward.fn = "my.module:score"                         # your own
     reward.fn = "math, my.module:brevity"; reward.weights = "1, 0.1"
@@ -55,7 +57,7 @@ register = REWARDS.register
 
 
 def extractors(section) -> tuple[str, ...]:
-    return tuple(e.strip() for e in section.extractors.split(",") if e.strip())
+    return tuple(_entries(section.extractors))
 
 
 @register("math")
@@ -113,6 +115,15 @@ def calling_of(fn, said: str) -> str:
     except (TypeError, ValueError):  # a builtin without a signature: ours, as written
         return "ours"
     if "completions" in params:
+        unsupplied = [
+            n for n in ("completion_ids", "trainer_state")
+            if n in params and params[n].default is inspect.Parameter.empty
+        ]  # fmt: skip
+        if unsupplied:
+            raise ValueError(
+                f"{said}: needs {', '.join(unsupplied)}, which this project does not pass "
+                "(it passes prompts, completions and the data's columns)"
+            )
         return "trl"
     if "solution_str" in params:
         return "verl"

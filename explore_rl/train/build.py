@@ -259,14 +259,16 @@ def evaluation_rows(run: Run) -> int:
 
 def evaluation_time(run: Run, metrics: dict) -> str:
     """What one evaluation will take, said once the first compiled step has run: its
-    responses at full length at that step's decode rate (response slots per second;
-    evaluation batches of another size decode at another rate, so it is an estimate)."""
+    responses at full length at that step's generation rate (response slots a second of
+    prefill and decode, over every generation batch; evaluation batches of another size
+    generate at another rate, so it is an estimate)."""
     r = run.spec.rollout
-    rate = r.prompts * r.group_size * r.max_new_tokens / metrics["time/rollout_s"]
+    slots = r.prompts * r.group_size * r.max_new_tokens * metrics["rollout/generation_batches"]
+    rate = slots / (metrics["time/prefill_s"] + metrics["time/decode_s"])
     seconds = evaluation_rows(run) * run.spec.eval.max_new_tokens / rate
     return (
-        f"evaluation: about {seconds / 60:.1f} min each at this step's decode rate "
-        f"({rate:.0f} response tokens/s; eval.num_prompts and eval.samples size it)"
+        f"evaluation: about {seconds / 60:.1f} min each at this step's generation rate "
+        f"({rate:.0f} response slots/s; eval.num_prompts and eval.samples size it)"
     )
 
 

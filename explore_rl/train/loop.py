@@ -223,8 +223,8 @@ def _samples(ro, tok, n: int) -> list[dict]:
         if p.prefix:
             row["prefix"] = tok.decode(list(p.prefix))
         row["reward"] = float(ro.rewards.reshape(-1)[i])
-        if len(ro.by_function) > 1:  # each function's own (None: it gave none)
-            own = {k: float(x.reshape(-1)[i]) for k, x in ro.by_function.items()}
-            row["rewards"] = {k: None if math.isnan(x) else x for k, x in own.items()}
+        own = {k: float(x.reshape(-1)[i]) for k, x in ro.by_function.items()}
+        # each function's own, unweighted (None: TRL's None, or a NaN)
+        row["rewards"] = {k: None if math.isnan(x) else x for k, x in own.items()}
         out.append(row)
     return out

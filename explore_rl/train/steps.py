@@ -110,11 +110,7 @@ def rollout_metrics(ro, extractors) -> dict:
         "rollout/truncated_frac": 1.0 - np.asarray(out.finished).mean(),
         "rollout/verifier_timeouts": ro.timeouts,
         "rollout/reward_errors": ro.reward_errors,
-        **{
-            f"reward/{name}/mean": np.nanmean(x)
-            for name, x in ro.by_function.items()
-            if len(ro.by_function) > 1  # one function: reward/mean is its mean
-        },
+        **{f"reward/{name}/mean": np.nanmean(x) for name, x in ro.by_function.items()},
         **engine_lib.merge_metrics(ro.engine),
     }
 
