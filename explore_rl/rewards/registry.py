@@ -111,9 +111,10 @@ def calling_of(fn, said: str) -> str:
     """How `fn` is called ("ours", "verl" or "trl"), read from its parameters; a config
     error when it fits none."""
     try:
-        params = inspect.signature(fn).parameters
+        signature = inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin without a signature: ours, as written
         return "ours"
+    params = signature.parameters
     if "completions" in params:
         unsupplied = [
             n for n in ("completion_ids", "trainer_state")
@@ -128,7 +129,7 @@ def calling_of(fn, said: str) -> str:
     if "solution_str" in params:
         return "verl"
     try:
-        inspect.signature(fn).bind("response", "problem")
+        signature.bind("response", "problem")
     except TypeError:
         raise ValueError(
             f"{said}: takes ({', '.join(params)}): give f(response, problem), verl's "
