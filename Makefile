@@ -12,11 +12,15 @@ demo: $(VENV)/.runtime
 	$(PY) -m explore_rl.main --config configs/grpo.py:demo --workdir runs/demo
 
 # Tests run in 2 worker processes (pytest-xdist), one module per worker at a time so a
-# module's fixtures are built once; much of the suite is single-threaded compiles.
+# module's fixtures are built once; much of the suite is single-threaded compiles. A worker
+# that dies (a crash in native code) ends the run at once, naming its test: xdist 3.8's
+# loadscope scheduler can otherwise wait forever for the dead worker's finished modules
+# (pytest-xdist#1378).
 PYTEST_WORKERS ?= 2
+XDIST := -n $(PYTEST_WORKERS) --dist loadscope --max-worker-restart=0
 
 test: $(VENV)/.dev
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope --durations=25
+	$(PY) -m pytest -q $(XDIST) --durations=25
 
 # The float comparisons (tests marked `numerics`) again under XLA CPU code of other vector
 # widths: each ISA level rounds sums in another order, as another machine's kernels do (an
@@ -29,8 +33,8 @@ NUMERICS ?= numerics and not slow
 test-kernels: $(VENV)/.dev
 	for isa in $(KERNELS); do \
 		echo "== XLA_FLAGS=--xla_cpu_max_isa=$$isa"; \
-		XLA_FLAGS=--xla_cpu_max_isa=$$isa $(PY) -m pytest -q -n $(PYTEST_WORKERS) \
-			--dist loadscope -m "$(NUMERICS)" -p no:cacheprovider || exit 1; \
+		XLA_FLAGS=--xla_cpu_max_isa=$$isa $(PY) -m pytest -q $(XDIST) \
+			-m "$(NUMERICS)" -p no:cacheprovider || exit 1; \
 	done
 
 lint: $(VENV)/.dev
