@@ -30,11 +30,39 @@ def _scalar(v) -> float:
     return float(np.asarray(v))
 
 
-def _wandb_run(workdir: str, settings: dict):
+def _wandb():
     try:
         import wandb
     except ImportError:
         raise ValueError("logging.wandb=True needs the wandb package (pip install wandb)") from None
+    return wandb
+
+
+def _wandb_refused(e: Exception) -> ValueError:
+    """W&B's words (no login, a bad setting), one line, with the way out."""
+    return ValueError(
+        f"logging.wandb=True: W&B says: {str(e).strip()} (or WANDB_MODE=offline to log "
+        "without an account; `wandb sync` uploads later)"
+    )
+
+
+def check_wandb(settings: dict | None) -> None:
+    """W&B's package and login, checked before any weight is read: without them a run
+    would stop only when its logger opens, after the model loads. Offline or disabled
+    (`WANDB_MODE`) needs no login."""
+    if settings is None:
+        return
+    wandb = _wandb()
+    if os.environ.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun"):
+        return
+    try:
+        wandb.login(verify=False)
+    except wandb.errors.UsageError as e:
+        raise _wandb_refused(e) from None
+
+
+def _wandb_run(workdir: str, settings: dict):
+    wandb = _wandb()
     id_file = os.path.join(workdir, "wandb_id")
     if os.path.exists(id_file):
         with open(id_file) as f:
@@ -45,11 +73,8 @@ def _wandb_run(workdir: str, settings: dict):
             f.write(run_id + "\n")
     try:
         return wandb.init(id=run_id, resume="allow", dir=workdir, **settings)
-    except wandb.errors.UsageError as e:  # no login, a bad setting: W&B's words, one line
-        raise ValueError(
-            f"logging.wandb=True: W&B says: {str(e).strip()} (or WANDB_MODE=offline to log "
-            "without an account; `wandb sync` uploads later)"
-        ) from None
+    except wandb.errors.UsageError as e:
+        raise _wandb_refused(e) from None
 
 
 class RunLogger:

@@ -296,18 +296,24 @@ def test_a_wandb_offline_run_writes_its_files_and_resumes_the_same_run(tmp_path,
     assert len(list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))) == 2
 
 
-def test_wandb_without_a_login_is_one_line_naming_the_way_out(tmp_path):
-    """In a fresh process: W&B keeps its settings (an offline run's mode) per process."""
+def test_wandb_without_a_login_stops_the_run_at_start_in_one_line(tmp_path):
+    """Before the model loads or the work directory is made, W&B's own words and the way
+    out. In a fresh process: W&B keeps its settings (an offline run's mode) per process."""
     pytest.importorskip("wandb")
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env.update(HOME=str(tmp_path), WANDB_MODE="online", WANDB_SILENT="true")  # no saved key
-    code = (
-        "from explore_rl.logs import RunLogger\n"
-        f"RunLogger({str(tmp_path)!r}, 0, wandb={{'project': 'explore_rl'}})"
-    )
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    last = out.stderr.strip().splitlines()[-1]
-    assert re.match(r"ValueError: logging.wandb=True: W&B says: .*API key.*WANDB_MODE", last), last
+    env.update(JAX_PLATFORMS="cpu")
+    workdir = tmp_path / "run"
+    out = subprocess.run(
+        [sys.executable, "-m", "explore_rl.main", "--config", "configs/grpo.py:smoke",
+         "--config.logging.wandb=True", "--workdir", str(workdir)],
+        env=env, capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)),
+    )  # fmt: skip
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert re.match(r"error: logging.wandb=True: W&B says: .*API key.*WANDB_MODE", lines[-1])
+    assert not any(line.startswith("model:") for line in lines)  # nothing was loaded
+    assert not workdir.exists()
 
 
 def test_a_bfloat16_run_trains_and_logs(tmp_path, caplog):

@@ -25,7 +25,7 @@ from explore_rl import config as config_lib
 from explore_rl import parallel
 from explore_rl.evaluation.evaluate import Stopped
 from explore_rl.exploration import base as exploration
-from explore_rl.logs import RunLogger
+from explore_rl.logs import RunLogger, check_wandb
 from explore_rl.rewards.math import Verifier
 from explore_rl.spec import RunSpec
 from explore_rl.train.build import evaluation_time, start
@@ -51,6 +51,8 @@ def run(spec: RunSpec, explorers: list, workdir: str, step_fn):
     metrics, samples)` a step (GRPO's `rl_step`, supervised fine-tuning's `sft.SftStep`):
     logs, checkpoints, evaluations, resume and stop signals are the same for both."""
     mesh = config_lib.mesh(spec.mesh)
+    if parallel.is_main_process():  # the one that logs
+        check_wandb(spec.wandb)
     with (
         checkpoint_lib.only_writer(workdir, take=parallel.is_main_process()),
         config_lib.verifier(spec.reward) as verifier,
