@@ -9,7 +9,10 @@ run's final held-out evaluation, and the report against the predictions in docs/
 
 Runs go seed by seed (every arm's seed 0, then every arm's seed 1, ...), so a study stopped
 part way has paired comparisons for the seeds it finished; each run resumes where it
-stopped and a finished one is read, as is a finished final evaluation. A run's final
+stopped and a finished one is read, as is a finished final evaluation. What the report
+reads of a finished run (its config, metrics, final evaluation and its responses' counts) is
+kept in `results/lab/runs/<arm>-s<seed>/`, committed: a new machine has no runs/, and the
+study goes on from the runs kept there. A run's final
 evaluation is `--mode eval` of its last checkpoint in its own folder (eval.json): the 512
 test problems x 64 samples at temperature 1, the same for every arm. Every number in the
 report (`<out>/study.md`) and the pilots' (`<out>/pilot_<name>.md`) comes from the runs.
@@ -20,14 +23,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import gzip
 import json
 import os
+import shutil
 
 import numpy as np
 
 SEEDS = tuple(range(8))
 FINAL_SAMPLES = 64
 FIGURES = "results/figures/lab"
+KEPT = "results/lab/runs"
 FOUR = {"task.name": "countdown", "task.countdown.inputs": 4}  # drawn in code, not data/
 
 # arm -> (config, overrides): the arms of docs/lab.md, each the lab's GRPO setting with one
@@ -106,18 +112,59 @@ def _evaluated(path: str) -> bool:
         return False
 
 
-def run_study(runs: str, arms: list[str], seeds: list[int]) -> None:
-    """Every arm's seed, seed by seed, in `runs/<arm>-s<seed>`."""
+def run_study(runs: str, kept: str, arms: list[str], seeds: list[int]) -> None:
+    """Every arm's seed, seed by seed, in `runs/<arm>-s<seed>`, each kept in `kept` once
+    evaluated; a run already kept is done."""
     for seed in seeds:
         for arm in arms:
-            path = os.path.join(runs, f"{arm}-s{seed}")
-            print(f"== {path}", flush=True)
-            train_and_evaluate(arm_config(arm, seed), path)
+            name = f"{arm}-s{seed}"
+            if _evaluated(os.path.join(kept, name)):
+                continue
+            print(f"== {os.path.join(runs, name)}", flush=True)
+            train_and_evaluate(arm_config(arm, seed), os.path.join(runs, name))
+            keep(os.path.join(runs, name), os.path.join(kept, name))
+
+
+def keep(path: str, kept: str) -> None:
+    """What the report reads of the evaluated run in `path`, into `kept`: config.json,
+    eval.json, metrics.jsonl (gzip) and responses.json (`_responses`: the 512 x 64
+    responses themselves are too big to commit). Built beside and renamed into place."""
+    tmp = kept + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    for name in ("config.json", "eval.json"):
+        shutil.copy(os.path.join(path, name), tmp)
+    with (
+        open(os.path.join(path, "metrics.jsonl"), "rb") as f,
+        gzip.open(os.path.join(tmp, "metrics.jsonl.gz"), "wb") as g,
+    ):
+        shutil.copyfileobj(f, g)
+    with open(os.path.join(tmp, "responses.json"), "w") as f:
+        json.dump(_responses(path), f)
+    shutil.rmtree(kept, ignore_errors=True)
+    os.rename(tmp, kept)
+
+
+def load_kept(kept: str):
+    """A kept run (`keep`) as `analysis.Run`."""
+    import pandas as pd
+
+    from explore_rl import analysis
+
+    with open(os.path.join(kept, "config.json")) as f:
+        config = analysis.flatten(json.load(f))
+    with gzip.open(os.path.join(kept, "metrics.jsonl.gz"), "rt") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    with open(os.path.join(kept, "eval.json")) as f:
+        final = {k: v for k, v in json.load(f).items() if k.startswith("eval/")}
+    metrics = pd.DataFrame(rows).set_index("step").sort_index()
+    return analysis.Run(kept, config, metrics, final=final)
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", default="runs/lab-study")
+    p.add_argument("--kept", default=KEPT, help="the finished runs' numbers (committed)")
     p.add_argument("--out", default="results/lab")
     p.add_argument("--figures", default=FIGURES)
     p.add_argument("--arms", nargs="+", default=STUDY, choices=list(ARMS))
@@ -137,8 +184,8 @@ def main(argv=None) -> None:
         print(text)
         return
     if not args.report:
-        run_study(args.runs, args.arms, args.seeds)
-    print(report(args.runs, args.out, args.figures))
+        run_study(args.runs, args.kept, args.arms, args.seeds)
+    print(report(args.runs, args.kept, args.out, args.figures))
 
 
 # ---------------------------------------------------------------------------------- pilots
@@ -267,7 +314,8 @@ def values(run) -> dict[str, float]:
     m, out = run.metrics, {}
     for k in ("pass@1", "pass@8", "pass@64", "worst@8", "distinct4", "logdet"):
         out[k] = run.final.get(f"eval/average/{k}")
-    out.update(_responses(run.path))
+    with open(os.path.join(run.path, "responses.json")) as f:  # a kept run's
+        out.update(json.load(f))
 
     def mean(key, after=0, last=None, first=None):
         if key not in m:
@@ -481,25 +529,30 @@ def _row(arm: str, runs: dict, columns) -> str:
     return f"| {arm} | " + " | ".join(cells) + " |"
 
 
-def report(runs: str, out: str, figures: str = FIGURES) -> str:
-    """`<out>/study.md` and the figures in `figures` from the runs finished so far (a run
-    counts once its final evaluation is written)."""
+def report(runs: str, kept: str, out: str, figures: str = FIGURES) -> str:
+    """`<out>/study.md` and the figures in `figures` from the runs kept in `kept`, after
+    keeping those evaluated in `runs` that are not kept yet (a run counts once its final
+    evaluation is written)."""
     from explore_rl import analysis
 
-    done = {}
     for name in sorted(os.listdir(runs)) if os.path.isdir(runs) else []:
+        if _evaluated(os.path.join(runs, name)) and not _evaluated(os.path.join(kept, name)):
+            keep(os.path.join(runs, name), os.path.join(kept, name))
+    done = {}
+    for name in sorted(os.listdir(kept)) if os.path.isdir(kept) else []:
         arm, _, seed = name.rpartition("-s")
-        if arm in ARMS and _evaluated(os.path.join(runs, name)):
-            done.setdefault(arm, {})[int(seed)] = analysis.load_run(os.path.join(runs, name))
+        if arm in ARMS and _evaluated(os.path.join(kept, name)):
+            done.setdefault(arm, {})[int(seed)] = load_kept(os.path.join(kept, name))
     if not done:
-        raise SystemExit(f"error: {runs}: no finished run (eval.json) yet")
+        raise SystemExit(f"error: {runs}, {kept}: no finished run (eval.json) yet")
     table = {arm: {s: values(r) for s, r in seeds.items()} for arm, seeds in done.items()}
     complete = all(len(done.get(a, {})) >= len(SEEDS) for a in STUDY)
     seeds = {a: sorted(v) for a, v in done.items()}
     lines = [
         "# The lab study: results",
         "",
-        "Written by `python results/lab_study.py` from the runs' folders; no number typed by "
+        "Written by `python results/lab_study.py` from the runs kept in results/lab/runs; no "
+        "number typed by "
         "hand. The predictions and settings: docs/lab.md. Each cell: the mean over seeds "
         "[its 95% percentile bootstrap interval]; differences are paired by seed.",
         "",

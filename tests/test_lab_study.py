@@ -9,8 +9,6 @@ import sys
 
 import pytest
 
-from explore_rl import analysis
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location(
     "lab_study", os.path.join(HERE, "..", "results", "lab_study.py")
@@ -74,12 +72,21 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
     )
     (runs / "hot-s1").mkdir()
     (runs / "hot-s1" / "eval.json").write_text('{"step": 3')  # half written: not counted
-    text = study.report(str(runs), str(tmp_path), str(tmp_path / "figures"))
+    kept = tmp_path / "kept"
+    text = study.report(str(runs), str(kept), str(tmp_path), str(tmp_path / "figures"))
     assert text == (tmp_path / "study.md").read_text()
+    # every evaluated run kept (the 3 arms' seeds), the others not; on a machine without
+    # runs/ the kept runs alone give the same report
+    assert sorted(os.listdir(kept)) == sorted(
+        f"{a}-s{s}" for a in ("ase", "ead", "grpo") for s in range(3)
+    )
+    os.rename(runs, tmp_path / "elsewhere")
+    assert study.report(str(runs), str(kept), str(tmp_path), str(tmp_path / "figures")) == text
+    os.rename(tmp_path / "elsewhere", runs)
     # fewer seeds than the study's 8: intervals shown, nothing judged
     assert "| EAD | Pass@64 above GRPO's | ead | 0.020 [0.020, 0.020] | not judged (3 of 8" in text
     monkeypatch.setattr(study, "SEEDS", (0, 1, 2))  # as if the study had 3 seeds an arm
-    text = study.report(str(runs), str(tmp_path), str(tmp_path / "figures"))
+    text = study.report(str(runs), str(kept), str(tmp_path), str(tmp_path / "figures"))
     assert "**A pilot, not the study**" in text  # 3 seeds of 2 arms
     assert "Seeds finished: ase 3 (0,1,2); ead 3 (0,1,2); grpo 3 (0,1,2)" in text
     verdicts = {
@@ -94,19 +101,19 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
     assert verdicts["Worst@8 not below GRPO's (above -0.01)"] == "against"  # -0.05..-0.07
     assert verdicts["mean TIS weight within 0.05 of 1"] == "held"
     # KL a steered token: 0.0075 over all rows once steering began, over 6 of 8 rows: 0.01
-    ase = study.values(analysis.load_run(str(runs / "ase-s0")))
+    ase = study.values(study.load_kept(str(kept / "ase-s0")))
     assert ase["steered_kl"] == pytest.approx(0.01)
     assert verdicts["answer disagreement above GRPO's (the last 50 steps)"] == "held"
     assert ase["disagreement_growth"] == pytest.approx(0.2)
     assert verdicts["Mean@8 at least GRPO's (above -0.01; of 64 samples, as Pass@1)"] == "held"
     # the lab's EAD schedule: the first token at 0.1 at step 1, hot (1.19) by step 300
-    ead = study.values(analysis.load_run(str(runs / "ead-s0")))
+    ead = study.values(study.load_kept(str(kept / "ead-s0")))
     assert ead["tau_first_start"] == pytest.approx(0.1)
     hot = 1.0 + 1.2 - math.exp(1 / (0.0694 * (3.75 + 5 * 300)))  # t = 1 at step s = 300
     assert ead["tau_first_end"] == pytest.approx(hot, rel=1e-5) and hot > 1.18
     # distinct correct responses a problem: "a" twice (one stripped) / 2 problems; the
     # problem without a chain solution solved by EAD only
     assert ead["distinct"] == pytest.approx(3 / 2) and ead["other@64"] == 1.0
-    grpo = study.values(analysis.load_run(str(runs / "grpo-s0")))
+    grpo = study.values(study.load_kept(str(kept / "grpo-s0")))
     assert grpo["distinct"] == pytest.approx(1 / 2) and grpo["other@64"] == 0.0
     assert sorted(os.listdir(tmp_path / "figures")) == ["curves.png", "ead.png", "pass_at_k.png"]
