@@ -37,16 +37,21 @@ def cache_dir(*parts: str) -> str:
     return os.path.join(root, *parts)
 
 
-def enable_compilation_cache() -> str | None:
+def enable_compilation_cache(write: bool = True) -> str | None:
     """Turn on JAX's persistent compilation cache (idempotent); the folder it uses, or None
-    when it cannot be created (then programs compile as usual)."""
+    when it cannot be created (then programs compile as usual). `write=False`: programs are
+    read from the cache, never written to it, so this process never serializes one: the
+    test suite's long-lived worker processes, where jaxlib 0.10.2's CPU
+    `executable.serialize()` segfaulted three times (each in a worker that had run dozens
+    of tests; never in a command-line run)."""
     folder = jax.config.jax_compilation_cache_dir or cache_dir("xla")
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError:
         return None
     jax.config.update("jax_compilation_cache_dir", folder)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", _MIN_COMPILE_SECONDS)
+    minimum = _MIN_COMPILE_SECONDS if write else float("inf")
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", minimum)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return folder
 

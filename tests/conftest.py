@@ -16,8 +16,9 @@ import jax  # noqa: E402
 from explore_rl import caching  # noqa: E402
 from explore_rl.models import transformer  # noqa: E402
 
-# Compiled programs are shared with the CLI subprocesses and later runs of the suite.
-caching.enable_compilation_cache()
+# The test processes read the compiled programs the CLI subprocesses write (and earlier runs
+# of the suite), and write none themselves (`enable_compilation_cache`'s `write`).
+caching.enable_compilation_cache(write=False)
 
 TINY_HF = dict(
     vocab_size=64,

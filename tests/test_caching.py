@@ -134,6 +134,42 @@ def test_compilation_cache_is_shared_by_processes(tmp_path):
     assert {e: os.path.getmtime(tmp_path / "xla" / e) for e in entries} == mtimes
 
 
+_READ_ONLY = """
+import jax, jax.numpy as jnp
+from jax._src import monitoring
+from explore_rl import caching
+events = []
+monitoring.register_event_listener(lambda name, **_: events.append(name))
+caching.enable_compilation_cache(write=False)
+@jax.jit
+def f(x):
+    for _ in range(40):
+        x = jnp.tanh(x @ x.T) + 0.123
+    return x
+f(jnp.ones((16, 16))).block_until_ready()
+print("/jax/compilation_cache/cache_hits" in events)
+"""
+
+
+def test_a_reading_process_uses_the_cache_and_writes_nothing(tmp_path):
+    """The test suite's processes (`write=False`): they serialize no program, and they load
+    the programs another process wrote."""
+    env = dict(os.environ, EXPLORE_RL_CACHE_DIR=str(tmp_path), JAX_PLATFORMS="cpu")
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+
+    def run(script):
+        done = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.split()[-1]
+
+    assert run(_READ_ONLY) == "False"  # compiled: nothing there to read
+    assert os.listdir(tmp_path / "xla") == []  # and nothing written
+    run(_COMPILE_AND_COUNT)  # a writing process (a CLI run) writes it
+    assert run(_READ_ONLY) == "True"
+
+
 def test_file_digest_is_remembered_and_follows_changes(tmp_path, monkeypatch):
     import hashlib
 
