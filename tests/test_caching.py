@@ -100,74 +100,58 @@ def test_config_json_round_trip(tmp_path):
         assert presets.from_hf_config(str(tmp_path)) == cfg, name
 
 
-_COMPILE_AND_COUNT = """
-import sys, jax, jax.numpy as jnp
+# a program written to the cache however fast it compiles (no minimum compile time);
+# `{enable}` turns the cache on, the last line printed is `{result}`
+_PROGRAM = """
+import jax, jax.numpy as jnp
+from jax._src import monitoring
 from explore_rl import caching
-folder = caching.enable_compilation_cache()
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+caching._MIN_COMPILE_SECONDS = 0
+events = []
+monitoring.register_event_listener(lambda name, **_: events.append(name))
+{enable}
 @jax.jit
 def f(x):
     for _ in range(40):
         x = jnp.tanh(x @ x.T) + 0.123
     return x
 f(jnp.ones((16, 16))).block_until_ready()
-print(folder)
+print({result})
 """
+WRITING = _PROGRAM.format(enable="folder = caching.enable_compilation_cache()", result="folder")
+READING = _PROGRAM.format(
+    enable="caching.enable_compilation_cache(write=False)",
+    result='"/jax/compilation_cache/cache_hits" in events',
+)
+
+
+def _run(script: str, cache: str) -> str:
+    """`script` in a fresh process with the cache folder `cache`: the last line it printed."""
+    env = dict(os.environ, EXPLORE_RL_CACHE_DIR=cache, JAX_PLATFORMS="cpu")
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.split()[-1]
 
 
 def test_compilation_cache_is_shared_by_processes(tmp_path):
-    env = dict(os.environ, EXPLORE_RL_CACHE_DIR=str(tmp_path), JAX_PLATFORMS="cpu")
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    run = lambda: subprocess.run(  # noqa: E731
-        [sys.executable, "-c", _COMPILE_AND_COUNT], env=env, capture_output=True, text=True
-    )
-    first = run()
-    assert first.returncode == 0, first.stderr[-2000:]
-    assert first.stdout.strip() == str(tmp_path / "xla")
+    assert _run(WRITING, str(tmp_path)) == str(tmp_path / "xla")
     entries = sorted(os.listdir(tmp_path / "xla"))
     assert any(e.startswith("jit_f-") for e in entries)
     mtimes = {e: os.path.getmtime(tmp_path / "xla" / e) for e in entries}
-    second = run()
-    assert second.returncode == 0, second.stderr[-2000:]
+    _run(WRITING, str(tmp_path))
     # the second process found every program in the cache: nothing new was written
     assert sorted(os.listdir(tmp_path / "xla")) == entries
     assert {e: os.path.getmtime(tmp_path / "xla" / e) for e in entries} == mtimes
 
 
-_READ_ONLY = """
-import jax, jax.numpy as jnp
-from jax._src import monitoring
-from explore_rl import caching
-events = []
-monitoring.register_event_listener(lambda name, **_: events.append(name))
-caching.enable_compilation_cache(write=False)
-@jax.jit
-def f(x):
-    for _ in range(40):
-        x = jnp.tanh(x @ x.T) + 0.123
-    return x
-f(jnp.ones((16, 16))).block_until_ready()
-print("/jax/compilation_cache/cache_hits" in events)
-"""
-
-
 def test_a_reading_process_uses_the_cache_and_writes_nothing(tmp_path):
     """The test suite's processes (`write=False`): they serialize no program, and they load
     the programs another process wrote."""
-    env = dict(os.environ, EXPLORE_RL_CACHE_DIR=str(tmp_path), JAX_PLATFORMS="cpu")
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-
-    def run(script):
-        done = subprocess.run(
-            [sys.executable, "-c", script], env=env, capture_output=True, text=True
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
-        return done.stdout.split()[-1]
-
-    assert run(_READ_ONLY) == "False"  # compiled: nothing there to read
+    assert _run(READING, str(tmp_path)) == "False"  # compiled: nothing there to read
     assert os.listdir(tmp_path / "xla") == []  # and nothing written
-    run(_COMPILE_AND_COUNT)  # a writing process (a CLI run) writes it
-    assert run(_READ_ONLY) == "True"
+    _run(WRITING, str(tmp_path))  # a writing process (a CLI run) writes it
+    assert _run(READING, str(tmp_path)) == "True"
 
 
 def test_file_digest_is_remembered_and_follows_changes(tmp_path, monkeypatch):
