@@ -117,12 +117,12 @@ def run_study(runs: str, kept: str, arms: list[str], seeds: list[int]) -> None:
     evaluated; a run already kept is done."""
     for seed in seeds:
         for arm in arms:
-            name = f"{arm}-s{seed}"
-            if _evaluated(os.path.join(kept, name)):
+            path, saved = (os.path.join(d, f"{arm}-s{seed}") for d in (runs, kept))
+            if _evaluated(saved):
                 continue
-            print(f"== {os.path.join(runs, name)}", flush=True)
-            train_and_evaluate(arm_config(arm, seed), os.path.join(runs, name))
-            keep(os.path.join(runs, name), os.path.join(kept, name))
+            print(f"== {path}", flush=True)
+            train_and_evaluate(arm_config(arm, seed), path)
+            keep(path, saved)
 
 
 def keep(path: str, kept: str) -> None:
@@ -568,19 +568,17 @@ def report(runs: str, kept: str, out: str, figures: str = FIGURES) -> str:
     complete = all(len(done.get(a, {})) >= len(SEEDS) for a in STUDY)
     seeds = {a: sorted(v) for a, v in done.items()}
     kinds = {}
-    for name in sorted(os.listdir(kept)) if os.path.isdir(kept) else []:
-        if name.rpartition("-s")[0] in done:
-            with open(os.path.join(kept, name, "machine.json")) as f:
-                m = json.load(f)
-            kind = f"{m['cpu']} ({'AVX-512' if m['avx512'] else 'no AVX-512'})"
-            kinds.setdefault(kind, []).append(name)
+    for run in sorted((r for s in done.values() for r in s.values()), key=lambda r: r.path):
+        with open(os.path.join(run.path, "machine.json")) as f:
+            m = json.load(f)
+        kind = f"{m['cpu']} ({'AVX-512' if m['avx512'] else 'no AVX-512'})"
+        kinds.setdefault(kind, []).append(os.path.basename(run.path))
     lines = [
         "# The lab study: results",
         "",
         "Written by `python results/lab_study.py` from the runs kept in results/lab/runs; no "
-        "number typed by "
-        "hand. The predictions and settings: docs/lab.md. Each cell: the mean over seeds "
-        "[its 95% percentile bootstrap interval]; differences are paired by seed.",
+        "number typed by hand. The predictions and settings: docs/lab.md. Each cell: the mean "
+        "over seeds [its 95% percentile bootstrap interval]; differences are paired by seed.",
         "",
         (
             "Every arm has its 8 seeds."
