@@ -41,9 +41,9 @@ def enable_compilation_cache(write: bool = True) -> str | None:
     """Turn on JAX's persistent compilation cache (idempotent); the folder it uses, or None
     when it cannot be created (then programs compile as usual). `write=False`: programs are
     read from the cache, never written to it, so this process never serializes one: the
-    test suite's long-lived worker processes, where jaxlib 0.10.2's CPU
-    `executable.serialize()` segfaulted three times (each in a worker that had run dozens
-    of tests; never in a command-line run)."""
+    test suite's worker processes (each runs many tests), where jaxlib 0.10.2's CPU
+    `executable.serialize()` segfaulted three times on an empty cache (never seen in a
+    command-line run)."""
     folder = jax.config.jax_compilation_cache_dir or cache_dir("xla")
     try:
         os.makedirs(folder, exist_ok=True)
