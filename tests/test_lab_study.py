@@ -121,3 +121,19 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
     grpo = study.values(study.load_kept(str(kept / "grpo-s0")))
     assert grpo["distinct"] == pytest.approx(1 / 2) and grpo["other@64"] == 0.0
     assert sorted(os.listdir(tmp_path / "figures")) == ["curves.png", "ead.png", "pass_at_k.png"]
+
+
+ROOT = os.path.join(HERE, "..")
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, ".git")), reason="git's ignore rules")
+def test_the_kept_runs_are_not_ignored_by_git():
+    """The kept runs exist to be committed: a `runs/` rule that matched any folder of that
+    name ignored results/lab/runs, and two machines' kept runs were lost with it."""
+    import subprocess
+
+    def ignored(path):
+        return subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT).returncode == 0
+
+    assert not ignored(os.path.join(study.KEPT, "grpo-s0", "eval.json"))
+    assert ignored("runs/demo/metrics.jsonl")  # the users' runs stay out
