@@ -26,9 +26,12 @@ def timed(fn, *args, reps: int) -> float:
     return statistics.median(times)
 
 
-def matmul_peak(dtype: str, n: int = 2048, reps: int = 7) -> float:
+def matmul_peak(dtype: str, n: int = 0, reps: int = 7) -> float:
     """FLOP/s of an n x n x n jitted matmul, best of `reps`: the compute limit the other
-    numbers divide by (the best, since a limit should not move with a noisy neighbour)."""
+    numbers divide by (the best, since a limit should not move with a noisy neighbour).
+    n: 2048 on a CPU; 8192 on a GPU / TPU, where a 2048^3 product is mostly launch and
+    sync time (bfloat16 on an H200: 152 TFLOP/s at 2048, 642 at 8192; BENCHMARKS.md)."""
+    n = n or (2048 if jax.default_backend() == "cpu" else 8192)
     a = jax.random.normal(jax.random.key(0), (n, n), dtype)
     b = jax.random.normal(jax.random.key(1), (n, n), dtype)
     mm = jax.jit(jnp.matmul)
