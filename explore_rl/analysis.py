@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import json
 import os
 import re
@@ -101,13 +102,19 @@ class Run:
 
 
 def load_run(path: str) -> Run:
-    """One run directory (config.json, metrics.jsonl); a one-line error when it is not."""
+    """One run directory (config.json, metrics.jsonl, or metrics.jsonl.gz where its log was
+    archived: results/lab/runs); a one-line error when it is not."""
     config_path = os.path.join(path, "config.json")
     if not os.path.exists(config_path):
         raise ValueError(f"{path}: not a run directory (no config.json)")
     with open(config_path) as f:
         config = flatten(json.load(f))
-    rows = read_metrics(path) if os.path.exists(os.path.join(path, "metrics.jsonl")) else []
+    rows = []
+    if os.path.exists(os.path.join(path, "metrics.jsonl")):
+        rows = read_metrics(path)
+    elif os.path.exists(os.path.join(path, "metrics.jsonl.gz")):
+        with gzip.open(os.path.join(path, "metrics.jsonl.gz"), "rt") as f:
+            rows = [json.loads(line) for line in f if line.strip()]
     if not rows:
         raise ValueError(f"{path}: no metrics.jsonl lines (the run logged no step)")
     final = {}

@@ -164,22 +164,6 @@ def machine() -> dict:
     return {"cpu": model, "avx512": avx512, "cores": os.cpu_count()}
 
 
-def load_kept(kept: str):
-    """A kept run (`keep`) as `analysis.Run`."""
-    import pandas as pd
-
-    from explore_rl import analysis
-
-    with open(os.path.join(kept, "config.json")) as f:
-        config = analysis.flatten(json.load(f))
-    with gzip.open(os.path.join(kept, "metrics.jsonl.gz"), "rt") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    with open(os.path.join(kept, "eval.json")) as f:
-        final = {k: v for k, v in json.load(f).items() if k.startswith("eval/")}
-    metrics = pd.DataFrame(rows).set_index("step").sort_index()
-    return analysis.Run(kept, config, metrics, final=final)
-
-
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", default="runs/lab-study")
@@ -561,7 +545,7 @@ def report(runs: str, kept: str, out: str, figures: str = FIGURES) -> str:
     for name in sorted(os.listdir(kept)) if os.path.isdir(kept) else []:
         arm, _, seed = name.rpartition("-s")
         if arm in ARMS and _evaluated(os.path.join(kept, name)):
-            done.setdefault(arm, {})[int(seed)] = load_kept(os.path.join(kept, name))
+            done.setdefault(arm, {})[int(seed)] = analysis.load_run(os.path.join(kept, name))
     if not done:
         raise SystemExit(f"error: {runs}, {kept}: no finished run (eval.json) yet")
     table = {arm: {s: values(r) for s, r in seeds.items()} for arm, seeds in done.items()}

@@ -180,3 +180,21 @@ def test_a_curve_is_the_mean_of_each_seeds_moving_average(runs):
     # seed a: 0.1 0.2 0.3 0.4 -> 0.1 0.15 0.25 0.35; seed b: 0.3 0.2 0.5 0.6 -> 0.3 0.25 0.35 0.55
     np.testing.assert_allclose(line.get_ydata(), [0.2, 0.2, 0.3, 0.45])
     np.testing.assert_array_equal(line.get_xdata(), [1, 2, 3, 4])
+
+
+def test_a_run_archived_with_its_log_compressed_loads_as_the_run(runs, tmp_path):
+    """results/lab/runs keeps each finished run's metrics.jsonl gzipped."""
+    import gzip
+    import shutil
+
+    archived = tmp_path / "archived"
+    shutil.copytree(runs[3], archived)
+    with (
+        open(archived / "metrics.jsonl", "rb") as f,
+        gzip.open(archived / "metrics.jsonl.gz", "wb") as g,
+    ):
+        shutil.copyfileobj(f, g)
+    os.remove(archived / "metrics.jsonl")
+    original, copy = analysis.load([runs[3], str(archived)])
+    assert copy.metrics.equals(original.metrics) and copy.label == original.label == "ead"
+    assert copy.last_eval()["eval/average/pass@4"] == 0.9

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from explore_rl import analysis
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location(
     "lab_study", os.path.join(HERE, "..", "results", "lab_study.py")
@@ -105,20 +107,20 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
     assert verdicts["Worst@8 not below GRPO's (above -0.01)"] == "against"  # -0.05..-0.07
     assert verdicts["mean TIS weight within 0.05 of 1"] == "held"
     # KL a steered token: 0.0075 over all rows once steering began, over 6 of 8 rows: 0.01
-    ase = study.values(study.load_kept(str(kept / "ase-s0")))
+    ase = study.values(analysis.load_run(str(kept / "ase-s0")))
     assert ase["steered_kl"] == pytest.approx(0.01)
     assert verdicts["answer disagreement above GRPO's (the last 50 steps)"] == "held"
     assert ase["disagreement_growth"] == pytest.approx(0.2)
     assert verdicts["Mean@8 at least GRPO's (above -0.01; of 64 samples, as Pass@1)"] == "held"
     # the lab's EAD schedule: the first token at 0.1 at step 1, hot (1.19) by step 300
-    ead = study.values(study.load_kept(str(kept / "ead-s0")))
+    ead = study.values(analysis.load_run(str(kept / "ead-s0")))
     assert ead["tau_first_start"] == pytest.approx(0.1)
     hot = 1.0 + 1.2 - math.exp(1 / (0.0694 * (3.75 + 5 * 300)))  # t = 1 at step s = 300
     assert ead["tau_first_end"] == pytest.approx(hot, rel=1e-5) and hot > 1.18
     # distinct correct responses a problem: "a" twice (one stripped) / 2 problems; the
     # problem without a chain solution solved by EAD only
     assert ead["distinct"] == pytest.approx(3 / 2) and ead["other@64"] == 1.0
-    grpo = study.values(study.load_kept(str(kept / "grpo-s0")))
+    grpo = study.values(analysis.load_run(str(kept / "grpo-s0")))
     assert grpo["distinct"] == pytest.approx(1 / 2) and grpo["other@64"] == 0.0
     assert sorted(os.listdir(tmp_path / "figures")) == ["curves.png", "ead.png", "pass_at_k.png"]
 
