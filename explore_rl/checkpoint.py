@@ -31,6 +31,7 @@ import shutil
 import socket
 import sys
 import time
+import traceback
 
 import jax
 import orbax.checkpoint as ocp
@@ -65,6 +66,7 @@ class Checkpointer:
                 f"train.best_metric={best_metric!r}: {self.folder}'s best checkpoint is by "
                 f"{self.best['metric']!r} (keep it, or start a new work directory)"
             )
+        _drop_late_completions()
         self.manager = ocp.CheckpointManager(
             self.folder,
             # no max_to_keep: Orbax would delete the old steps before the new one is
@@ -209,6 +211,27 @@ class Checkpointer:
                 f"complete checkpoint, {survivor}: free space and rerun the same command to "
                 "resume"
             ) from error
+
+
+def _drop_late_completions() -> None:
+    """Once a background write fails, Orbax closes its event loop while the storage layer's
+    other writes of that step are still in flight; each then calls back into the closed
+    loop (`call_soon_threadsafe`) from a native thread, and its `RuntimeError('Event loop
+    is closed')` went to `sys.unraisablehook`: 63 tracebacks before the run's one line on a
+    full disk. Exactly that error from that call is dropped (nothing is left to tell it
+    to); any other unraisable error still reaches the hook. Installed once a process."""
+    previous = sys.unraisablehook
+    if getattr(previous, "drops_late_completions", False):
+        return
+
+    def hook(unraisable):
+        frames = [f.f_code.co_name for f, _ in traceback.walk_tb(unraisable.exc_traceback)]
+        late = isinstance(unraisable.exc_value, RuntimeError) and "call_soon_threadsafe" in frames
+        if not (late and str(unraisable.exc_value) == "Event loop is closed"):
+            previous(unraisable)
+
+    hook.drops_late_completions = True
+    sys.unraisablehook = hook
 
 
 NO_DIGEST = "no digest"

@@ -144,3 +144,30 @@ def test_a_run_checkpoints_its_best_evaluation_and_eval_reads_it(tmp_path):
     c.train.eval_every = 0
     with pytest.raises(ValueError, match=r"train.best_metric=.*with train.eval_every > 0"):
         loop.train(c, str(tmp_path / "other"))
+
+
+def test_only_a_failed_writes_late_completions_are_kept_from_the_terminal(monkeypatch):
+    """The storage layer's completions that arrive after Orbax closed its event loop are
+    dropped; any other unraisable error still reaches the hook (checkpoint.py)."""
+    import asyncio
+    import sys
+    import types
+
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+    checkpoint_lib._drop_late_completions()
+    checkpoint_lib._drop_late_completions()  # once a process: not wrapped twice
+
+    def unraisable(fn):
+        try:
+            fn()
+        except RuntimeError as e:
+            sys.unraisablehook(types.SimpleNamespace(exc_value=e, exc_traceback=e.__traceback__))
+
+    loop = asyncio.new_event_loop()
+    loop.close()
+    unraisable(lambda: loop.call_soon_threadsafe(print))  # a late completion: dropped
+    assert seen == []
+    unraisable(lambda: loop.call_soon(print))  # the same error from another call
+    unraisable(lambda: loop.call_later(0, print))
+    assert [str(u.exc_value) for u in seen] == ["Event loop is closed"] * 2

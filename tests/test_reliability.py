@@ -233,8 +233,11 @@ def test_sigterm_during_an_evaluation_stops_it_at_the_next_batch(tmp_path):
 def test_a_full_disk_keeps_the_previous_checkpoint_and_says_so(tmp_path):
     run = [*ARGS, "--workdir", str(tmp_path), "--config.train.steps=2"]
     p = _cli(*run, driver=["full", "2"])
-    _, err = p.communicate(timeout=600)  # Orbax's threads log their failure at length
+    _, err = p.communicate(timeout=600)
     assert p.returncode == 2, err[-3000:]
+    # the storage layer's late completions (63 "Event loop is closed" tracebacks) are not
+    # shown: the one line says it all
+    assert "Traceback" not in err and "Event loop is closed" not in err, err[-3000:]
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: checkpoint 2 was not written to"), last
     assert "(File too large); the newest complete checkpoint, step 1, is intact" in last
