@@ -82,8 +82,10 @@ def final_state(workdir):
 def test_two_processes_train_like_one_and_resume(tmp_path):
     two = tmp_path / "two"
     launch(two, steps=1)
-    # one writer: one line a step, one TensorBoard file
+    # one writer: one line a step, one TensorBoard file, and one holder of the directory's
+    # lock (process 1 taking it too would have stopped with "in use"), released at the end
     assert [r["step"] for r in read_metrics(str(two))] == [1]
+    assert (two / ".lock").read_text() == ""
     assert len([n for n in os.listdir(two) if n.startswith("events.out")]) == 1
     launch(two, steps=2)  # the same two processes resume step 1's checkpoint
     # the reference: one process holding the same mesh of two devices (fake CPU ones)
