@@ -156,7 +156,9 @@ def test_only_a_failed_writes_late_completions_are_kept_from_the_terminal(monkey
     seen = []
     monkeypatch.setattr(sys, "unraisablehook", seen.append)
     checkpoint_lib._drop_late_completions()
-    checkpoint_lib._drop_late_completions()  # once a process: not wrapped twice
+    installed = sys.unraisablehook
+    checkpoint_lib._drop_late_completions()
+    assert sys.unraisablehook is installed  # once a process: not wrapped twice
 
     def unraisable(fn):
         try:
