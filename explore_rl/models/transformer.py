@@ -192,10 +192,14 @@ def _project_qkv(lp: dict, cfg: ModelConfig, x: Float[Array, "B T D"], rope):
 
 
 def mlp(lp: dict, x: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
-    gate = jnp.einsum("btd,df->btf", x, lp["gate"].astype(x.dtype))
-    up = jnp.einsum("btd,df->btf", x, lp["up"].astype(x.dtype))
-    hidden = parallel.constrain(jax.nn.silu(gate) * up, "batch", None, "mlp")
-    return jnp.einsum("btf,fd->btd", hidden, lp["down"].astype(x.dtype))
+    # On [B x T, D] rows, not [B, T, D]: XLA's CPU backward of the 3-D product writes the
+    # [B x T, F] cotangent transposed for the weights' gradient, a strided copy that cost
+    # a quarter of the lab's update (BENCHMARKS.md, issue 31); the 2-D product needs none.
+    rows = x.reshape(-1, x.shape[-1])
+    gate = rows @ lp["gate"].astype(x.dtype)
+    up = rows @ lp["up"].astype(x.dtype)
+    hidden = parallel.constrain(jax.nn.silu(gate) * up, "batch", "mlp")
+    return (hidden @ lp["down"].astype(x.dtype)).reshape(x.shape)
 
 
 @struct.dataclass

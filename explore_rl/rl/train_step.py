@@ -206,7 +206,8 @@ def plan_micro_batches(
 
     `micro_batch_tokens` 0: `micro_batches` equal parts in order, every row whole. Else
     verl's dynamic batch size with whole groups: the groups sorted by their longest
-    response, each micro-batch at its first (longest) group's length bucket takes as many
+    response, each micro-batch at its first (longest) group's length bucket (the fine
+    grid, `sampler.bucket`) takes as many
     groups as fit `micro_batch_tokens` per shard at that length (a group costs its prompt
     once and its G rows: L + G x length), at least one per shard and no more than the
     step's groups need, a multiple of `shards` (the batch axes' devices); its last
@@ -222,7 +223,7 @@ def plan_micro_batches(
     order = np.argsort(-longest, kind="stable")
     plan, i = [], 0
     while i < q:
-        length = min(sampler.bucket(max(int(longest[order[i]]), 1)), t)
+        length = min(sampler.bucket(max(int(longest[order[i]]), 1), fine=True), t)
         fits = oc.micro_batch_tokens // (prompt_len + g * length)
         n = min(max(fits, 1), -(-q // shards)) * shards
         taken = order[i : i + n]
