@@ -207,13 +207,12 @@ def plan_micro_batches(
     `micro_batch_tokens` 0: `micro_batches` equal parts in order, every row whole. Else
     verl's dynamic batch size with whole groups: the groups sorted by their longest
     response, each micro-batch at its first (longest) group's length bucket (the fine
-    grid, `sampler.bucket`) takes as many
-    groups as fit `micro_batch_tokens` per shard at that length (a group costs its prompt
-    once and its G rows: L + G x length), at least one per shard and no more than the
-    step's groups need, a multiple of `shards` (the batch axes' devices); its last
-    micro-batch is filled out with groups not `live`. The group count depends on the
-    length bucket only, so each bucket is one shape (two programs: the first micro-batch's
-    starts the gradient sum).
+    grid of `sampler.bucket`) takes as many groups as fit `micro_batch_tokens` per shard
+    at that length (a group costs its prompt once and its G rows: L + G x length), at
+    least one per shard and no more than the step's groups need, a multiple of `shards`
+    (the batch axes' devices); its last micro-batch is filled out with groups not `live`.
+    The group count depends on the length bucket only, so each bucket is one shape (two
+    programs: the first micro-batch's starts the gradient sum).
     """
     q, g = lengths.shape
     if not oc.micro_batch_tokens:
