@@ -52,9 +52,9 @@ def step_sizes(spec: RunSpec, longest_prompt: int, axis_sizes: dict | None = Non
 def estimate(spec, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=None):
     """The memory estimate of config `c` (with its explorers' extra rows and prompt
     lengths) on a mesh of `axis_sizes`. A token budget's micro-batches trade rows for
-    length: the update is its widest micro-batch's (the shortest bucket, most groups) or
-    its longest's, whichever is larger."""
-    lengths = [0, sampler.bucket(1)] if spec.optim.micro_batch_tokens else [0]
+    length: the update is its widest micro-batch's (the shortest bucket of the update's
+    grid, most groups) or its longest's, whichever is larger."""
+    lengths = [0, sampler.bucket(1, fine=True)] if spec.optim.micro_batch_tokens else [0]
     estimates = [
         footprint.estimate(
             cfg,
