@@ -115,6 +115,7 @@ def _evaluated(path: str) -> bool:
 def run_study(runs: str, kept: str, arms: list[str], seeds: list[int]) -> None:
     """Every arm's seed, seed by seed, in `runs/<arm>-s<seed>`, each kept in `kept` once
     evaluated; a run already kept is done."""
+    program = commit()  # now: this process runs the code it imported, whatever HEAD becomes
     for seed in seeds:
         for arm in arms:
             path, saved = (os.path.join(d, f"{arm}-s{seed}") for d in (runs, kept))
@@ -122,13 +123,14 @@ def run_study(runs: str, kept: str, arms: list[str], seeds: list[int]) -> None:
                 continue
             print(f"== {path}", flush=True)
             train_and_evaluate(arm_config(arm, seed), path)
-            keep(path, saved)
+            keep(path, saved, program)
 
 
-def keep(path: str, kept: str) -> None:
+def keep(path: str, kept: str, program: str | None) -> None:
     """What the report reads of the evaluated run in `path`, into `kept`: config.json,
     eval.json, metrics.jsonl (gzip) and responses.json (`_responses`: the 512 x 64
-    responses themselves are too big to commit). Built beside and renamed into place."""
+    responses themselves are too big to commit) and machine.json (the CPU kind and
+`program`, the commit that ran it). Built beside and renamed into place."""
     tmp = kept + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
@@ -142,7 +144,7 @@ def keep(path: str, kept: str) -> None:
     with open(os.path.join(tmp, "responses.json"), "w") as f:
         json.dump(_responses(path), f)
     with open(os.path.join(tmp, "machine.json"), "w") as f:
-        json.dump(machine(), f)
+        json.dump({**machine(), "commit": program}, f)
     shutil.rmtree(kept, ignore_errors=True)
     os.rename(tmp, kept)
 
@@ -162,6 +164,23 @@ def machine() -> dict:
         ]
         model, avx512 = (names[0] if names else model), " avx512f" in info
     return {"cpu": model, "avx512": avx512, "cores": os.cpu_count()}
+
+
+def commit() -> str | None:
+    """The checkout's commit ("+" if its code or configs have changes), None outside git. Float rounding is
+    the program's too: the update's 2-D MLP products (dd0a777) round differently, so the
+    report says which commit ran each run; runs kept before it record none."""
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(
+            ["git", *args], capture_output=True, text=True, cwd=os.path.dirname(__file__)
+        )
+
+    head = git("rev-parse", "--short", "HEAD")
+    if head.returncode:
+        return None
+    return head.stdout.strip() + ("+" if git("status", "--porcelain", "--", "explore_rl", "configs").stdout.strip() else "")
 
 
 def main(argv=None) -> None:
@@ -540,7 +559,7 @@ def report(runs: str, kept: str, out: str, figures: str = FIGURES) -> str:
 
     for name in sorted(os.listdir(runs)) if os.path.isdir(runs) else []:
         if _evaluated(os.path.join(runs, name)) and not _evaluated(os.path.join(kept, name)):
-            keep(os.path.join(runs, name), os.path.join(kept, name))
+            keep(os.path.join(runs, name), os.path.join(kept, name), None)  # ran by whom?
     done = {}
     for name in sorted(os.listdir(kept)) if os.path.isdir(kept) else []:
         arm, _, seed = name.rpartition("-s")
@@ -555,7 +574,8 @@ def report(runs: str, kept: str, out: str, figures: str = FIGURES) -> str:
     for run in sorted((r for s in done.values() for r in s.values()), key=lambda r: r.path):
         with open(os.path.join(run.path, "machine.json")) as f:
             m = json.load(f)
-        kind = f"{m['cpu']} ({'AVX-512' if m['avx512'] else 'no AVX-512'})"
+        ran = m.get("commit", "before dd0a777") or "not recorded"
+        kind = f"{m['cpu']} ({'AVX-512' if m['avx512'] else 'no AVX-512'}), commit {ran}"
         kinds.setdefault(kind, []).append(os.path.basename(run.path))
     lines = [
         "# The lab study: results",

@@ -86,9 +86,8 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
     assert study.report(str(runs), str(kept), str(tmp_path), str(tmp_path / "figures")) == text
     os.rename(tmp_path / "elsewhere", runs)
     kind = "AVX-512" if study.machine()["avx512"] else "no AVX-512"  # this machine's
-    assert f"({kind}): ase-s0, ase-s1, ase-s2, ead-s0," in text
-    kind = "AVX-512" if study.machine()["avx512"] else "no AVX-512"  # this machine's
-    assert f"({kind}): ase-s0, ase-s1, ase-s2, ead-s0," in text
+    # kept by the report, not by the process that ran them: which commit ran them is unknown
+    assert f"({kind}), commit not recorded: ase-s0, ase-s1, ase-s2, ead-s0," in text
     # fewer seeds than the study's 8: intervals shown, nothing judged
     assert "| EAD | Pass@64 above GRPO's | ead | 0.020 [0.020, 0.020] | not judged (3 of 8" in text
     monkeypatch.setattr(study, "SEEDS", (0, 1, 2))  # as if the study had 3 seeds an arm
