@@ -434,7 +434,9 @@ def mesh(m: MeshSpec):
 
 
 # model.* settings that say how to run the model, not what it is (ModelConfig fields)
-RUN_SETTINGS = ("param_dtype", "dtype", "attention", "attention_block", "remat", "logits_chunk")
+RUN_SETTINGS = (
+    "param_dtype", "dtype", "attention", "attention_block", "remat", "scan_layers", "logits_chunk",
+)  # fmt: skip
 
 
 def model_spec(m: ModelSpec):

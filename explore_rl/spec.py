@@ -41,6 +41,7 @@ class ModelSpec:
     attention: str
     attention_block: int
     remat: str
+    scan_layers: bool
     logits_chunk: int
 
 

@@ -8,9 +8,11 @@
 #                                      # weights, where the embedded GGUF is not installed
 # 1. The papers' lengths on the 1.5B shape (issue 28): one update of 8 rows x (1024 + 4096)
 #    tokens, random weights, bfloat16, the paper configs' memory settings (blockwise
-#    attention, remat, chunked log-probs): tokens/s, MFU and the measured peak against the
-#    start-up estimate. Mostly compiles: the layers are unrolled in the program, and at 4 of
-#    its 28 layers the update compiled in 27 s, the prefill in 12 s on an H200 (BENCHMARKS).
+#    attention, remat, chunked log-probs, layers scanned): tokens/s, MFU and the measured
+#    peak against the start-up estimate. Mostly compiles: unrolled, at 4 of its 28 layers
+#    the update compiled in 27 s, the prefill in 12 s on an H200, too slow at 28 (BENCHMARKS);
+#    scanned (`--modes scan`), the 28-layer update compiles in ~1/3 of the unrolled time
+#    on a CPU (`bench depth`).
 # 2. The forward benchmark in bfloat16; the start-up memory estimate against the device's
 #    measured peak on the demo (bfloat16, then float32); the scale benchmark (random-weight
 #    0.5B / 1.5B shapes, 64 prompts x 8 rollouts, 512-token prompts, 1024 new tokens).
@@ -53,7 +55,7 @@ print(json.dumps({"bench": "device", "device": d.device_kind, "jax": jax.__versi
                                          for n in (2048, 8192)}}))
 EOF
 step long 420 python3 -m explore_rl.bench long --preset qwen2.5-math-1.5b --layers 0 \
-    --prompt-len 1024 --lengths 4096 --modes long --rows 8 --dtype bfloat16 --reps 2
+    --prompt-len 1024 --lengths 4096 --modes scan --rows 8 --dtype bfloat16 --reps 2
 step forward 40 python3 -m explore_rl.bench forward --dtype bfloat16 --batch 64 --length 512 \
     ${TOKENIZER:+--model $TOKENIZER --random-init smollm2-135m}
 memory=(python3 -m explore_rl.bench memory --config configs/grpo.py:demo --steps 2

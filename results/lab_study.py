@@ -128,9 +128,9 @@ def run_study(runs: str, kept: str, arms: list[str], seeds: list[int]) -> None:
 
 def keep(path: str, kept: str, program: str | None) -> None:
     """What the report reads of the evaluated run in `path`, into `kept`: config.json,
-    eval.json, metrics.jsonl (gzip) and responses.json (`_responses`: the 512 x 64
-    responses themselves are too big to commit) and machine.json (the CPU kind and
-`program`, the commit that ran it). Built beside and renamed into place."""
+        eval.json, metrics.jsonl (gzip) and responses.json (`_responses`: the 512 x 64
+        responses themselves are too big to commit) and machine.json (the CPU kind and
+    `program`, the commit that ran it). Built beside and renamed into place."""
     tmp = kept + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
@@ -167,9 +167,10 @@ def machine() -> dict:
 
 
 def commit() -> str | None:
-    """The checkout's commit ("+" if its code or configs have changes), None outside git. Float rounding is
-    the program's too: the update's 2-D MLP products (dd0a777) round differently, so the
-    report says which commit ran each run; runs kept before it record none."""
+    """The checkout's commit ("+" if its code or configs have changes), None outside git.
+    Float rounding is the program's too: the update's 2-D MLP products (dd0a777) round
+    differently, so the report says which commit ran each run; runs kept before it record
+    none."""
     import subprocess
 
     def git(*args):
@@ -180,7 +181,8 @@ def commit() -> str | None:
     head = git("rev-parse", "--short", "HEAD")
     if head.returncode:
         return None
-    return head.stdout.strip() + ("+" if git("status", "--porcelain", "--", "explore_rl", "configs").stdout.strip() else "")
+    changed = git("status", "--porcelain", "--", "explore_rl", "configs").stdout.strip()
+    return head.stdout.strip() + ("+" if changed else "")
 
 
 def main(argv=None) -> None:

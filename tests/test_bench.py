@@ -1,6 +1,8 @@
 """`bench scale` (sized for a GPU) runs on the CPU at a small size and reports every number
 it promises, each from a real measurement."""
 
+import pytest
+
 from explore_rl import bench
 
 
@@ -53,3 +55,20 @@ def test_bench_lab_reports_the_base_models_regime_and_a_steps_shares(tmp_path, m
     shares = out["rl_step_share"]
     assert abs(sum(shares.values()) - 1) < 1e-6 and shares["update_s"] > 0
     assert out["rl_step_s_median"] > 0
+
+
+def test_bench_depth_compiles_each_depth_unrolled_and_scanned(capsys):
+    """Abstract shapes only (a 1.5B at 28 layers compiles on a laptop): each depth both
+    ways, the ratio of their compile times and the scanned program's extra temporaries
+    beside the estimate's stacked-layers term. Bad input: one line."""
+    out = bench.main(["depth", "--preset", "tiny-llama", "--layers", "2", "--length", "4",
+                      "--prompt-len", "4", "--dtype", "float32"])  # fmt: skip
+    assert [(r["layers"], r["mode"]) for r in out["runs"]] == [(2, "unrolled"), (2, "scanned")]
+    assert all(r["compile_s"] > 0 for r in out["runs"])
+    (depth,) = out["by_depth"]
+    ratio = out["runs"][1]["compile_s"] / out["runs"][0]["compile_s"]
+    assert abs(depth["scanned_over_unrolled_compile"] - ratio) < 0.01 * ratio + 0.01
+    for args, problem in ((["--layers", "0,28"], "--layers"), (["--preset", "gpt5"], "--preset")):
+        with pytest.raises(SystemExit):
+            bench.main(["depth", *args])
+        assert problem in capsys.readouterr().err

@@ -75,7 +75,8 @@ def test_blockwise_prefill_and_scoring_equal_the_dense_path(name):
 
 def test_gradients_equal_with_blockwise_attention_remat_and_chunks():
     """The update's loss and its gradient (TIS, entropy bonus and KL on, so every stream's
-    gradient flows) are the dense path's under each memory setting."""
+    gradient flows) are the dense path's under each memory setting, and with the layers
+    scanned (each layer's gradient out of the stacked weights' one)."""
     params, cfg = _model("tiny-qwen2", **DENSE)
     prompts, pmask, tokens, mask = _rows(1)
     rng = np.random.default_rng(2)
@@ -94,7 +95,12 @@ def test_gradients_equal_with_blockwise_attention_remat_and_chunks():
         return f(params)
 
     ref_loss, ref_grads = loss_and_grads(cfg)
-    variants = [LONG, dict(LONG, remat="dots"), dict(attention="auto", attention_block=4)]
+    variants = [
+        LONG,
+        dict(LONG, remat="dots"),
+        dict(attention="auto", attention_block=4),
+        dict(LONG, scan_layers=True),
+    ]
     for kw in variants:
         loss, grads = loss_and_grads(cfg.replace(**kw))
         assert_float32_close(loss, ref_loss, err_msg=str(kw))
@@ -140,6 +146,40 @@ def test_appended_slots_steering_and_slot_decode_under_blockwise_attention():
         Interventions(steer=iv.steer, steer_layer=0),
     )  # fmt: skip
     np.testing.assert_array_equal(np.asarray(clean.logprobs), np.asarray(plain.logprobs))
+
+
+def test_scanned_layers_give_the_unrolled_layers_results():
+    """`scan_layers` (one compiled layer over the stacked weights) on 4 layers, cut into
+    scans at the steered and the read-out layers: the forward with EDEN's appended slots,
+    ASE's steering and a readout, and the update's scoring (each prompt's cache filled by a
+    scan, the rows after it scanned over their shared prefix) give the unrolled path's
+    values. (The update's gradient: `test_gradients_equal_with_...`.)"""
+    params, cfg = _model("tiny-qwen3", n_layers=4, **LONG)
+    scan = cfg.replace(scan_layers=True)
+    prompts, pmask, tokens, mask = _rows(13)
+    b = Q * G
+    rows = np.repeat(np.arange(Q), G)
+    iv = Interventions(
+        extra_embeds=jax.random.normal(jax.random.key(15), (b, 2, cfg.d_model)),
+        extra_mask=jnp.asarray(np.random.default_rng(16).random((b, 2)) < 0.5),
+        steer=jax.random.normal(jax.random.key(17), (b, cfg.d_model)),
+        steer_layer=1,
+        readout_layer=2,
+    )
+    forward = jax.jit(transformer.forward, static_argnums=1)
+    inputs = (prompts[rows], transformer.positions_from_mask(pmask[rows]), pmask[rows])
+    ref, out = (forward(params, c, *inputs, interventions=iv) for c in (cfg, scan))
+    m = np.asarray(pmask[rows])
+    for name in ("logits", "readout"):
+        a, b = np.asarray(getattr(out, name)), np.asarray(getattr(ref, name))
+        assert_float32_close(a[m], b[m], err_msg=name)
+    assert_float32_close(out.extra_logits, ref.extra_logits)
+    scores = jax.jit(score, static_argnums=1)
+    r = np.asarray(mask)
+    for a, b in zip(*(scores(params, c, prompts, pmask, tokens, mask) for c in (scan, cfg))):
+        assert_float32_close(
+            np.asarray(a)[r], np.asarray(b)[r], scale=float(np.abs(ref.logits).max())
+        )
 
 
 def test_token_budget_micro_batches_cover_every_group_once_at_its_length():

@@ -6,7 +6,7 @@
     python -m explore_rl.bench startup
     python -m explore_rl.bench memory [--config configs/grpo.py:demo] [--steps 2]
     python -m explore_rl.bench lab [--set task.countdown.inputs=3]
-    python -m explore_rl.bench {scale,engine,long,fit} ...
+    python -m explore_rl.bench {scale,engine,long,depth,fit} ...
 
 One module per benchmark (its docstring says what it measures and how): `HELP`, its
 flags (`add_arguments`), an optional `check(args)` (a one-line refusal), and
@@ -25,7 +25,19 @@ import platform
 
 import jax
 
-from explore_rl.bench import engine, fit, forward, lab, long, memory, sample, scale, startup, step
+from explore_rl.bench import (
+    depth,
+    engine,
+    fit,
+    forward,
+    lab,
+    long,
+    memory,
+    sample,
+    scale,
+    startup,
+    step,
+)  # fmt: skip
 
 BENCHES = {
     "forward": forward,
@@ -36,6 +48,7 @@ BENCHES = {
     "engine": engine,
     "memory": memory,
     "long": long,
+    "depth": depth,
     "fit": fit,
     "lab": lab,
 }

@@ -45,6 +45,7 @@ def add_arguments(p) -> None:
 LONG_MODES = {
     "dense": dict(attention="dense", remat="none", logits_chunk=1 << 20),
     "long": dict(attention="auto", remat="block", logits_chunk=128),  # BENCHMARKS.md's runs
+    "scan": dict(attention="auto", remat="block", logits_chunk=128, scan_layers=True),  # paper's
 }
 
 
@@ -161,7 +162,9 @@ def run_one(args) -> dict:
     measured_update = max(peaks)
     estimated_update = est_update.resident + est_update.update
     measured_prefill = params + p_peak
-    estimated_prefill = params + est.terms["KV cache"] + est.terms["prefill workspace"]
+    estimated_prefill = params + sum(
+        est.terms[k] for k in ("KV cache", "prefill workspace", "stacked layers")
+    )
     tokens = g * (args.prompt_len + length)
     seconds = statistics.median(times)
     flops = 3 * forward_flops(cfg, g, args.prompt_len + length)  # forward + backward

@@ -300,7 +300,8 @@ _SAME_RUN = ("seed", "model.", "task.", "rollout.", "rl.", "optim.", "exploratio
 # memory, say; results move by float rounding at most).
 _SCHEDULING = (
     "rollout.slots", "rollout.decode_chunk", "model.attention", "model.attention_block",
-    "model.remat", "model.logits_chunk", "optim.micro_batches", "optim.micro_batch_tokens",
+    "model.remat", "model.scan_layers", "model.logits_chunk", "optim.micro_batches",
+    "optim.micro_batch_tokens",
 )  # fmt: skip
 
 
