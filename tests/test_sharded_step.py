@@ -1,6 +1,6 @@
 """On a (data 2, fsdp 2, tensor 2) mesh of 8 fake CPU devices, a sampling call and two
-train steps give what one device gives: the same tokens, mu and params to float32 rounding
-(`conftest.assert_float32_close`)."""
+train steps give what one device gives, with the layers unrolled and scanned: the same
+tokens, mu and params to float32 rounding (`conftest.assert_float32_close`)."""
 
 import os
 import subprocess
@@ -64,6 +64,8 @@ SCRIPT = textwrap.dedent("""
         shapes = jax.eval_shape(lambda: params)
         assert footprint.per_device_bytes(shapes, dict(mesh.shape)) == held
         r2, batch, sharded, m2 = run(placed, *parallel.shard_batch((prompts, pmask), mesh))
+        cfg = cfg.replace(scan_layers=True)  # the stacked weights sharded as the layers'
+        r3, _, scanned, _ = run(placed, *parallel.shard_batch((prompts, pmask), mesh))
     assert batch.tokens.sharding.spec == P(("data", "fsdp"), None)
     np.testing.assert_array_equal(np.asarray(r1.tokens), np.asarray(r2.tokens))
     np.testing.assert_array_equal(np.asarray(r1.mask), np.asarray(r2.mask))
@@ -76,10 +78,12 @@ SCRIPT = textwrap.dedent("""
     # own would hide them). Adam divides each gradient entry by its own size, so an entry
     # far below its leaf's largest passes its rounding on amplified: ~0.2% of lr in two
     # steps (test_train_step's one step: 0.1%)
-    for a, b, w in zip(jax.tree.leaves(sharded.params), jax.tree.leaves(single.params),
-                       jax.tree.leaves(params)):  # fmt: skip
+    for a, b, c, w in zip(jax.tree.leaves(sharded.params), jax.tree.leaves(single.params),
+                          jax.tree.leaves(scanned.params), jax.tree.leaves(params)):  # fmt: skip
         w = np.asarray(w, np.float64)
         assert_float32_close(np.asarray(a) - w, np.asarray(b) - w, scale=1e-3, ulps=16384)
+        assert_float32_close(np.asarray(c) - w, np.asarray(b) - w, scale=1e-3, ulps=16384)
+    np.testing.assert_array_equal(np.asarray(r3.tokens), np.asarray(r1.tokens))
     # the loss: a mean of A x ratio, ratio = exp(logp - old) of log-probs rounded at z
     adv = jax.random.normal(jax.random.key(3), (q * g,))
     scale = float(jnp.abs(adv).max()) * z
