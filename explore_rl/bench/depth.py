@@ -1,12 +1,14 @@
-"""`depth`: the update's compile time and working memory against the model's depth, its
-layers unrolled in the program against scanned (`model.scan_layers`), from abstract
-shapes: nothing is allocated or run, so a 28-layer 1.5B shape compiles on a laptop.
+"""`depth`: the update's and the rollout's compile time, and the update's working memory,
+against the model's depth, its layers unrolled in the program against scanned
+(`model.scan_layers`), from abstract shapes: nothing is allocated or run, so a 28-layer
+1.5B shape compiles on a laptop.
 
 Per (mode, layers): the seconds XLA takes to compile the update's gradient program (the
 paper configs' memory settings: blockwise attention, remat, chunked log-probs) and its
-temporaries by XLA's buffer assignment; per depth, the scanned program's compile time as a
-fraction of the unrolled one's, and its extra temporaries against the start-up estimate's
-"stacked layers" term (`rl/footprint.py`).
+temporaries by XLA's buffer assignment, and the rollout's (`sampler.sample`: its prompt
+prefill scanned, its decode step unrolled either way); per depth, the scanned update's
+compile time as a fraction of the unrolled one's, and its extra temporaries against the
+start-up estimate's "stacked layers" term (`rl/footprint.py`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,23 @@ def check(args) -> str | None:
     if not all(d.isdigit() and int(d) > 0 for d in depths):
         return f"--layers {args.layers!r}: comma-separated positive depths"
     return None
+
+
+def _rollout_compile(cfg, args) -> float:
+    """Seconds to lower and compile the rollout of `args.rows` rows after one prompt."""
+    from explore_rl.models import transformer
+    from explore_rl.sampling.sampler import SamplingConfig, sample
+
+    abstract = jax.ShapeDtypeStruct
+    params = jax.eval_shape(lambda: transformer.init_params(cfg, jax.random.key(0)))
+    prompt = abstract((1, args.prompt_len), jnp.int32)
+    temps = jnp.ones((args.rows, args.length))
+    config = SamplingConfig(args.length)
+    rollout = jax.jit(lambda w, p, m, k: sample(w, cfg, p, m, k, temps, config).tokens)
+    key = jax.eval_shape(lambda: jax.random.key(0))
+    start = time.perf_counter()
+    rollout.lower(params, prompt, abstract(prompt.shape, bool), key).compile()
+    return time.perf_counter() - start
 
 
 def _compile(cfg, args) -> tuple[float, int]:
@@ -84,6 +103,7 @@ def run(args) -> dict:
                     "mode": mode,
                     "compile_s": round(seconds[mode], 2),
                     "temp_gib": round(temp[mode] / GIB, 3),
+                    "rollout_compile_s": round(_rollout_compile(cfg, args), 2),
                 }
             )
         sizes = footprint.StepSizes(
