@@ -175,7 +175,10 @@ def commit() -> str | None:
 
     def git(*args):
         return subprocess.run(
-            ["git", *args], capture_output=True, text=True, cwd=os.path.dirname(__file__)
+            ["git", *args],
+            capture_output=True,
+            text=True,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # the root
         )
 
     head = git("rev-parse", "--short", "HEAD")
