@@ -382,6 +382,25 @@ def test_bad_input_is_named_and_the_run_directory_is_untouched(
     assert _snapshot(existing_run) == before
 
 
+def test_a_run_on_a_cached_base_model_resumes_after_its_folder_is_renamed(tmp_path):
+    """The base model's cache folder is named by a digest of its recipe's whole config, so a
+    setting added to the code renames it; the run is its recipe (model.base, the task), and
+    a resume reads its checkpoint, not model.path. Another recipe is still refused."""
+    c = grpo.get_config("smoke")
+    c.model.base, c.model.path = "configs/lab.py:sft", "/cache/base/f89034def5b12451968d"
+    (tmp_path / "config.json").write_text(json.dumps(config_lib.resolve(c).record))
+    c.model.path = "/cache/base/a8bfbaa2b9ef46bb8042"
+    build.check_same_run(config_lib.resolve(c), str(tmp_path))
+    c.model.base = "configs/lab.py:sft,smoke"
+    with pytest.raises(ValueError, match=r"another config \(model.base: 'configs/lab.py:sft'"):
+        build.check_same_run(config_lib.resolve(c), str(tmp_path))
+    c.model.base = ""  # a model named by its folder: the folder is the model
+    (tmp_path / "config.json").write_text(json.dumps(config_lib.resolve(c).record))
+    c.model.path = "/cache/base/f89034def5b12451968d"
+    with pytest.raises(ValueError, match=r"another config \(model.path"):
+        build.check_same_run(config_lib.resolve(c), str(tmp_path))
+
+
 def test_work_directories_and_checkpoints_of_another_run_are_refused(existing_run, tmp_path):
     before = _snapshot(existing_run)
     c = grpo.get_config("smoke")
