@@ -110,6 +110,18 @@ def smoke(words: list[str], hf_folder: str) -> list[str]:
             "startup": ["--config", "configs/grpo.py:smoke"],
             "memory": ["--config", "configs/grpo.py:smoke"],
             "fit": [],  # shapes only: every paper config as it is
+            "depth": [
+                "--preset",
+                "tiny-llama",
+                "--layers",
+                "1",
+                "--length",
+                "4",
+                "--prompt-len",
+                "4",
+                "--dtype",
+                "float32",
+            ],  # fmt: skip
             "lab": [
                 "--config",
                 "configs/lab.py:smoke",
