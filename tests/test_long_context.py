@@ -171,14 +171,14 @@ def test_scanned_layers_give_the_unrolled_layers_results():
     ref, out = (forward(params, c, *inputs, interventions=iv) for c in (cfg, scan))
     m = np.asarray(pmask[rows])
     for name in ("logits", "readout"):
-        a, b = np.asarray(getattr(out, name)), np.asarray(getattr(ref, name))
-        assert_float32_close(a[m], b[m], err_msg=name)
+        got, want = np.asarray(getattr(out, name)), np.asarray(getattr(ref, name))
+        assert_float32_close(got[m], want[m], err_msg=name)
     assert_float32_close(out.extra_logits, ref.extra_logits)
     scores = jax.jit(score, static_argnums=1)
     r = np.asarray(mask)
-    for a, b in zip(*(scores(params, c, prompts, pmask, tokens, mask) for c in (scan, cfg))):
+    for got, want in zip(*(scores(params, c, prompts, pmask, tokens, mask) for c in (scan, cfg))):
         assert_float32_close(
-            np.asarray(a)[r], np.asarray(b)[r], scale=float(np.abs(ref.logits).max())
+            np.asarray(got)[r], np.asarray(want)[r], scale=float(np.abs(ref.logits).max())
         )
 
 
