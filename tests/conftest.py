@@ -15,6 +15,7 @@ import jax  # noqa: E402
 
 from explore_rl import caching  # noqa: E402
 from explore_rl.models import transformer  # noqa: E402
+from explore_rl.rl import train_step  # noqa: E402
 
 # The test processes read the compiled programs the CLI subprocesses write (and earlier runs
 # of the suite), and write none themselves (`enable_compilation_cache`'s `write`).
@@ -110,6 +111,9 @@ F32_EPS = float(np.finfo(np.float32).eps)  # 2**-23: float32's rounding unit at 
 # `transformer.forward` as one compiled program, for a test's reference pass (op by op
 # every op compiles for every shape: seconds a pass on 2 cores)
 forward = jax.jit(transformer.forward, static_argnums=1)
+# `train_step.score` likewise: op by op, its chunked log-probs (a `lax.map`) also compile
+# anew at every call (a new closure each time)
+score = jax.jit(train_step.score, static_argnums=1)
 
 
 def assert_float32_close(actual, desired, *, scale=None, ulps=256, err_msg=""):

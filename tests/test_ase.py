@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close, forward, run_main
+from conftest import assert_float32_close, forward, run_main, score
 from test_sampler import G, Q, T, logit_scale, tiny  # noqa: F401
 
 from configs import ase as ase_config
@@ -21,7 +21,6 @@ from explore_rl.logs import read_metrics
 from explore_rl.models import transformer
 from explore_rl.rl import losses, rollout
 from explore_rl.rl.plan import base_plan
-from explore_rl.rl.train_step import score
 from explore_rl.sampling.sampler import SamplingConfig, sample
 from explore_rl.train import loop
 

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close
+from conftest import assert_float32_close, score
 from test_sampler import G, Q, reference_truncated_logprob, response_logits, tiny  # noqa: F401
 
 from configs import ead as ead_config
@@ -15,7 +15,6 @@ from explore_rl.exploration import base
 from explore_rl.logs import read_metrics
 from explore_rl.rl import losses
 from explore_rl.rl.plan import base_plan
-from explore_rl.rl.train_step import score
 from explore_rl.sampling.sampler import SamplingConfig, sample
 from explore_rl.train import loop
 

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close, forward, run_main
+from conftest import assert_float32_close, forward, run_main, score
 
 from configs import extra as extra_config
 from explore_rl import config as config_lib
@@ -20,7 +20,6 @@ from explore_rl.logs import read_metrics
 from explore_rl.models import minilm
 from explore_rl.modes import eval as eval_mode
 from explore_rl.rewards.math import Verifier
-from explore_rl.rl.train_step import score
 from explore_rl.train import loop, steps
 
 # the MiniLM in another batch, mu against a full forward

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close, left_padded_batch
+from conftest import assert_float32_close, left_padded_batch, score
 
 from configs import grpo
 from explore_rl import config as config_lib
@@ -22,7 +22,6 @@ from explore_rl.rl.train_step import (
     init_state,
     make_optimizer,
     plan_micro_batches,
-    score,
     train_step,
 )
 from explore_rl.sampling import engine

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close, forward
+from conftest import assert_float32_close, forward, score
 
 from configs import grpo
 from explore_rl import config as config_lib
@@ -18,7 +18,6 @@ from explore_rl.rewards.math import Verifier
 from explore_rl.rewards.registry import Reward
 from explore_rl.rl import rollout
 from explore_rl.rl.plan import base_plan
-from explore_rl.rl.train_step import score
 from explore_rl.sampling.sampler import SamplingConfig
 
 pytestmark = [pytest.mark.usefixtures("highest_precision"), pytest.mark.numerics]

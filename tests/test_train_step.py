@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close, forward, left_padded_batch
+from conftest import assert_float32_close, forward, left_padded_batch, score
 from test_sampler import logit_scale
 
 from explore_rl.models import presets, transformer
@@ -15,7 +15,6 @@ from explore_rl.rl.train_step import (
     _loss,
     init_state,
     make_optimizer,
-    score,
     train_step,
 )
 from explore_rl.sampling.sampler import SamplingConfig, sample
