@@ -1,6 +1,7 @@
 """Shared fixtures: tiny random HF checkpoints of each family, the embedded GGUF, and
 running the command line."""
 
+import gc
 import os
 import subprocess
 import sys
@@ -86,6 +87,28 @@ def highest_precision():
 
     with jax.default_matmul_precision("highest"):
         yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_compiled_programs():
+    """A worker drops its compiled programs after a module once it holds over a third of
+    the mapped regions Linux allows a process (`vm.max_map_count`, 65,530 by default).
+    XLA's CPU code is loaded as many small regions (about 6 a program, 60-70 for a
+    sampler's) and a worker keeps every program it compiled: near the end of a whole-suite
+    run a worker's next compile failed with "LLVM compilation error: Cannot allocate
+    memory" and the worker aborted. Dropping them after every module would cost the
+    programs later modules share."""
+    yield
+    try:
+        with open("/proc/self/maps") as f:
+            regions = sum(1 for _ in f)
+        with open("/proc/sys/vm/max_map_count") as f:
+            limit = int(f.read())
+    except OSError:  # not Linux
+        return
+    if regions > limit // 3:
+        jax.clear_caches()
+        gc.collect()
 
 
 @pytest.fixture(scope="session")

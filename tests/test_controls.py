@@ -83,23 +83,25 @@ def test_the_clip_controls_bind_in_the_demo_setting(tmp_path):
 
     c = grpo.get_config("demo")
     c.reward.workers = 1
+
+    def update(name, run, state, batch, lengths):
+        cc = grpo.get_config("demo") if name == "grpo" else controls.get_config(name)
+        state = jax.tree.map(jnp.copy, state)  # update donates its state
+        return steps.update(state, batch, run.cfg, config_lib.spec(cc), run.optimizer, lengths)
+
     with Verifier(1, 5.0) as verifier:
         run, progress, _ = testing.start(c, str(tmp_path), verifier)
         progress, first, _ = steps.train_one_step(run, progress, 0)
         for step in (1, 2, 3):
             ro, position, _ = steps.collect(run, progress, step)
             batch, explorers, _ = steps.make_batch(run, progress, ro, step)
-            lengths = steps.response_lengths(ro)
+            args = (run, progress.state, batch, steps.response_lengths(ro))
             states, metrics = {}, {}
-            for name in ("grpo", "clip_higher", "gspo"):
-                cc = grpo.get_config("demo") if name == "grpo" else controls.get_config(name)
-                cc = config_lib.spec(cc)
-                state = jax.tree.map(jnp.copy, progress.state)  # update donates its state
-                states[name], metrics[name] = steps.update(
-                    state, batch, run.cfg, cc, run.optimizer, lengths
-                )
+            for name in ("grpo", "clip_higher"):
+                states[name], metrics[name] = update(name, *args)
             high = {n: m["policy/clip_frac_high"] for n, m in metrics.items()}
             if high["clip_higher"] < high["grpo"]:
+                states["gspo"], metrics["gspo"] = update("gspo", *args)  # on this batch only
                 break
             # GRPO's update of this batch is the step `train_one_step` takes: go on from it
             # (not a second rollout and update of the same step)
