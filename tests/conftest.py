@@ -96,8 +96,8 @@ def _release_compiled_programs():
     XLA's CPU code is loaded as many small regions (about 6 a program, 60-70 for a
     sampler's) and a worker keeps every program it compiled: near the end of a whole-suite
     run a worker's next compile failed with "LLVM compilation error: Cannot allocate
-    memory" and the worker aborted. Dropping them after every module would cost the
-    programs later modules share."""
+    memory" (memory to spare) and the worker aborted, most likely at that limit. Dropping
+    them after every module would cost the programs later modules share."""
     yield
     try:
         with open("/proc/self/maps") as f:
