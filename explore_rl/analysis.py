@@ -179,11 +179,17 @@ def bootstrap_interval(
     return float(v.mean()), float(low), float(high)
 
 
+def differences(arm: dict[int, float], baseline: dict[int, float]) -> dict[int, float]:
+    """Arm minus baseline on each seed both have a finite value for (`{seed: value}`)."""
+    seeds = sorted(s for s in set(arm) & set(baseline) if finite(arm[s]) and finite(baseline[s]))
+    return {s: arm[s] - baseline[s] for s in seeds}
+
+
 def paired(arm: dict[int, float], baseline: dict[int, float], **kwargs):
     """(mean, low, high, n) of arm minus baseline over the seeds both have (`{seed: value}`),
     the interval a paired bootstrap's (`bootstrap_interval`)."""
-    seeds = sorted(s for s in set(arm) & set(baseline) if finite(arm[s]) and finite(baseline[s]))
-    return (*bootstrap_interval([arm[s] - baseline[s] for s in seeds], **kwargs), len(seeds))
+    d = differences(arm, baseline)
+    return (*bootstrap_interval(list(d.values()), **kwargs), len(d))
 
 
 def verdict(stats, direction: str, threshold: float = 0.0) -> str:

@@ -57,8 +57,13 @@ ARMS = {
     "extra_r4": ("configs/extra.py:regen,lab", FOUR),
     "extra4": ("configs/extra.py:lab", FOUR),
     "extra_r": ("configs/extra.py:regen,lab", {}),  # the pilot's only
+    # a follow-up, written in docs/lab.md before it ran: EDEN with EAD's TIS cap and nothing
+    # else changed, whether EDEN's collapse is its noisy rows entering the update uncorrected
+    "eden_tis": ("configs/eden.py:lab", {"rl.tis_cap": 2.0}),
 }
-STUDY = [a for a in ARMS if a != "extra_r"]
+FOLLOW_UPS = ["eden_tis"]
+PREREGISTERED = [a for a in ARMS if a not in ("extra_r", *FOLLOW_UPS)]
+STUDY = PREREGISTERED + FOLLOW_UPS
 BASELINE = {a: "grpo4" if a.endswith("4") else "grpo" for a in ARMS}
 
 
@@ -467,6 +472,10 @@ PREDICTIONS = (
     P("EDEN", "higher clean-row token entropy (the last 50 steps)", "eden", "clean_entropy",
       base_key="entropy"),
     P("EDEN", "Pass@64 above GRPO's", "eden", "pass@64"),
+    P("EDEN + TIS (follow-up)", "Pass@64 above EDEN's (its collapse is the uncorrected noisy "
+      "rows)", "eden_tis", "pass@64", base="eden"),
+    P("EDEN + TIS (follow-up)", "Pass@64 at least GRPO's (above -0.01)", "eden_tis", "pass@64",
+      threshold=-0.01),
     P("ASE", "answer disagreement above GRPO's (the last 50 steps)", "ase", "disagreement"),
     P("ASE", "the disagreement gap grows (last 50 minus first 50 steps, above GRPO's change)",
       "ase", "disagreement_growth"),
@@ -485,23 +494,32 @@ PREDICTIONS = (
 )  # fmt: skip
 
 
-def judge(p: Prediction, table: dict) -> tuple[tuple, str]:
-    """(the measured mean and interval, the verdict) of prediction `p` on `table`
-    ({arm: {seed: values}})."""
+def measured(p: Prediction, table: dict) -> dict[int, float]:
+    """Prediction `p`'s value on each seed of `table` ({arm: {seed: values}}): the arm's,
+    minus its baseline's on the same seed where `p` compares two arms."""
     from explore_rl import analysis
 
     mine = {s: v.get(p.key) for s, v in table.get(p.arm, {}).items()}
-    if p.base:
-        other = table.get(BASELINE[p.arm] if p.base == "grpo" else p.base, {})
-        stats = analysis.paired(mine, {s: v.get(p.base_key or p.key) for s, v in other.items()})
-        n = stats[3]
-    else:
-        stats = analysis.bootstrap_interval(list(mine.values()))
-        n = sum(map(analysis.finite, mine.values()))
+    if not p.base:
+        return {s: x for s, x in mine.items() if analysis.finite(x)}
+    other = table.get(BASELINE[p.arm] if p.base == "grpo" else p.base, {})
+    return analysis.differences(mine, {s: v.get(p.base_key or p.key) for s, v in other.items()})
+
+
+def judge(p: Prediction, table: dict) -> tuple[tuple, str, str]:
+    """(the measured mean and interval, how many of its seeds lie on the predicted side of
+    the threshold ("7 of 8"), the verdict) of prediction `p` on `table`."""
+    from explore_rl import analysis
+
+    values = measured(p, table)
+    stats = analysis.bootstrap_interval(list(values.values()))
+    side = sum((x > p.threshold) if p.direction == ">" else (x < p.threshold)
+               for x in values.values())  # fmt: skip
+    seeds = f"{side} of {len(values)}"
     verdict = analysis.verdict(stats, p.direction, p.threshold)
-    if 0 < n < len(SEEDS) and verdict != "not measured":  # docs/lab.md: 8 seeds an arm
-        return stats, f"not judged ({n} of {len(SEEDS)} seeds)"
-    return stats, verdict
+    if 0 < len(values) < len(SEEDS) and verdict != "not measured":  # docs/lab.md: 8 seeds
+        return stats, seeds, f"not judged ({len(values)} of {len(SEEDS)} seeds)"
+    return stats, seeds, verdict
 
 
 def _cell(stats) -> str:
@@ -573,7 +591,7 @@ def report(runs: str, kept: str, out: str, figures: str = FIGURES) -> str:
     if not done:
         raise SystemExit(f"error: {runs}, {kept}: no finished run (eval.json) yet")
     table = {arm: {s: values(r) for s, r in seeds.items()} for arm, seeds in done.items()}
-    complete = all(len(done.get(a, {})) >= len(SEEDS) for a in STUDY)
+    complete = all(len(done.get(a, {})) >= len(SEEDS) for a in PREREGISTERED)
     seeds = {a: sorted(v) for a, v in done.items()}
     kinds = {}
     for run in sorted((r for s in done.values() for r in s.values()), key=lambda r: r.path):
@@ -590,10 +608,11 @@ def report(runs: str, kept: str, out: str, figures: str = FIGURES) -> str:
         "over seeds [its 95% percentile bootstrap interval]; differences are paired by seed.",
         "",
         (
-            "Every arm has its 8 seeds."
+            "Every pre-registered arm has its 8 seeds (a follow-up arm, docs/lab.md, is "
+            "judged once it has its 8 too)."
             if complete
-            else "**A pilot, not the study**: not every arm has its 8 seeds yet (below); intervals "
-            "over fewer seeds are wide and nothing here is a finding."
+            else "**A pilot, not the study**: not every pre-registered arm has its 8 seeds yet "
+            "(below); intervals over fewer seeds are wide and nothing here is a finding."
         ),
         "",
         "Seeds finished: "
@@ -631,12 +650,12 @@ def report(runs: str, kept: str, out: str, figures: str = FIGURES) -> str:
         'in the other; not resolved: it contains it ("at least" and "not below" GRPO: a '
         "threshold of -0.01).",
         "",
-        "| method | prediction | arm | measured | verdict |",
-        "|---|---|---|---|---|",
+        "| method | prediction | arm | measured | seeds on the predicted side | verdict |",
+        "|---|---|---|---|---|---|",
     ]
     for p in PREDICTIONS:
-        stats, verdict = judge(p, table)
-        lines.append(f"| {p.method} | {p.text} | {p.arm} | {_cell(stats)} | {verdict} |")
+        stats, seeds, verdict = judge(p, table)
+        lines.append(f"| {p.method} | {p.text} | {p.arm} | {_cell(stats)} | {seeds} | {verdict} |")
     text = "\n".join(lines) + "\n"
     with open(os.path.join(out, "study.md"), "w") as f:
         f.write(text)

@@ -89,7 +89,10 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
     # kept by the report, not by the process that ran them: which commit ran them is unknown
     assert f"({kind}), commit not recorded: ase-s0, ase-s1, ase-s2, ead-s0," in text
     # fewer seeds than the study's 8: intervals shown, nothing judged
-    assert "| EAD | Pass@64 above GRPO's | ead | 0.020 [0.020, 0.020] | not judged (3 of 8" in text
+    assert (
+        "| EAD | Pass@64 above GRPO's | ead | 0.020 [0.020, 0.020] | 3 of 3 | not judged (3 of 8"
+        in text
+    )
     monkeypatch.setattr(study, "SEEDS", (0, 1, 2))  # as if the study had 3 seeds an arm
     text = study.report(str(runs), str(kept), str(tmp_path), str(tmp_path / "figures"))
     assert "**A pilot, not the study**" in text  # 3 seeds of 2 arms
@@ -104,6 +107,10 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
     assert "- ead: its rollouts equal grpo's at every step" in text and "- ase: its" not in text
     assert verdicts["Pass@64 above temperature 0.7's"] == "not measured"  # no cold run
     assert verdicts["Worst@8 not below GRPO's (above -0.01)"] == "against"  # -0.05..-0.07
+    assert (
+        "| Worst@8 not below GRPO's (above -0.01) | ead | -0.060 [-0.070, -0.050] | 0 of 3 |"
+        in text
+    )
     assert verdicts["mean TIS weight within 0.05 of 1"] == "held"
     # KL a steered token: 0.0075 over all rows once steering began, over 6 of 8 rows: 0.01
     ase = study.values(analysis.load_run(str(kept / "ase-s0")))
