@@ -133,14 +133,16 @@ def run_study(runs: str, kept: str, arms: list[str], seeds: list[int]) -> None:
 
 def keep(path: str, kept: str, program: str | None) -> None:
     """What the report reads of the evaluated run in `path`, into `kept`: config.json,
-        eval.json, metrics.jsonl (gzip) and responses.json (`_responses`: the 512 x 64
-        responses themselves are too big to commit) and machine.json (the CPU kind and
-    `program`, the commit that ran it). Built beside and renamed into place."""
+    eval.json, an EDEN run's eden_bank.json (its anchor screen), metrics.jsonl (gzip),
+    responses.json (`_responses`: the 512 x 64 responses themselves are too big to commit)
+    and machine.json (the CPU kind and `program`, the commit that ran it). Built beside and
+    renamed into place."""
     tmp = kept + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
-    for name in ("config.json", "eval.json"):
-        shutil.copy(os.path.join(path, name), tmp)
+    for name in ("config.json", "eval.json", "eden_bank.json"):  # the last: EDEN's screen
+        if name != "eden_bank.json" or os.path.exists(os.path.join(path, name)):
+            shutil.copy(os.path.join(path, name), tmp)
     with (
         open(os.path.join(path, "metrics.jsonl"), "rb") as f,
         gzip.open(os.path.join(tmp, "metrics.jsonl.gz"), "wb") as g,
@@ -337,6 +339,8 @@ TRAINING = (
     ("disagreement", "answer disagreement, the last 50 steps"),
     ("clean_zero_adv", f"EDEN: zero-advantage groups of its 6 clean rows after step {WARMUP}"),
     ("clean_entropy", "EDEN: its clean rows' token entropy, the last 50 steps"),
+    ("clean_reward", "EDEN: its clean rows' reward, every step"),
+    ("noisy_reward", "EDEN: its noisy rows' reward, every step"),
 )
 
 
@@ -368,6 +372,8 @@ def values(run) -> dict[str, float]:
     out["disagreement_growth"] = None if first is None else out["disagreement"] - first
     out["clean_zero_adv"] = mean("eden/clean_zero_adv_frac", WARMUP)
     out["clean_entropy"] = mean("eden/clean_entropy", last=50)
+    out["clean_reward"] = mean("eden/reward_clean")
+    out["noisy_reward"] = mean("eden/reward_noisy")
     out["tis_gap"] = None if "tis/mean" not in m else abs(mean("tis/mean") - 1.0)
     if "exploration.ase.k" in run.config and "ase/updates" in m:
         out["steered_kl"] = _steered_kl(run, mean)
@@ -528,8 +534,9 @@ def _cell(stats) -> str:
 
 
 def checks(done: dict) -> list[str]:
-    """Facts a reader needs before the differences: the ratio clip GRPO's updates met, and
-    the arms whose rollouts equal their GRPO's at every step of every shared seed."""
+    """Facts a reader needs before the differences: the ratio clip GRPO's updates met, the
+    arms whose rollouts equal their GRPO's at every step of every shared seed, and what
+    EDEN's anchor screen found."""
     out = []
     for arm in sorted({BASELINE[a] for a in done} & set(done)):
         frames = [r.metrics for r in done[arm].values()]
@@ -545,7 +552,27 @@ def checks(done: dict) -> list[str]:
         if arm != BASELINE[arm] and shared and all(_same(seeds[s], base[s]) for s in shared):
             out.append(f"- {arm}: its rollouts equal {BASELINE[arm]}'s at every step (every "
                        f"rollout and reward metric), on all {len(shared)} seeds")  # fmt: skip
+    for arm, seeds in done.items():
+        screens = [_screen(r.path) for r in seeds.values()]
+        if screens and all(screens):
+            found = (f"on all {len(screens)} seeds: {screens[0]}" if len(set(screens)) == 1
+                     else "per seed: " + "; ".join(screens))  # fmt: skip
+            out.append(f"- {arm}: EDEN's anchor screen (each candidate appended to its probe's "
+                       f"prompts without noise), {found}")  # fmt: skip
     return out
+
+
+def _screen(path: str) -> str | None:
+    """A kept EDEN run's anchor screen in words (eden_bank.json), None without one."""
+    try:
+        with open(os.path.join(path, "eden_bank.json")) as f:
+            b = json.load(f)
+    except OSError:
+        return None
+    clean, scores = b["clean_accuracy"], [c["accuracy"] for c in b["candidates"]]
+    viable = sum(a >= clean - b["tolerance"] for a in scores)
+    return (f"{viable} of {len(scores)} candidates viable (clean accuracy {clean:.3f}, the "
+            f"best candidate's {max(scores):.3f})")  # fmt: skip
 
 
 ROLLOUT_METRICS = ("rollout/", "reward/", "groups/")

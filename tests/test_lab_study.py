@@ -42,6 +42,19 @@ def _run(root, arm, seed, pass64, worst8, responses, tis=None):
             r["rollout/answer_disagreement"] += 0.2 * (r["step"] > 150)
             r["ase/updates"] = int(r["step"] >= 3)
             r["policy/kl_mu_old"] = 0.0 if r["step"] <= 3 else 0.0075
+    if arm == "eden":  # its screen: 1 of 3 candidates within 0.1 of the clean accuracy
+        config["exploration"] = {"methods": ["eden"]}
+        for r in rows:
+            r["eden/reward_clean"], r["eden/reward_noisy"] = 0.25, 0.01
+        bank = {
+            "clean_accuracy": 0.5,
+            "tolerance": 0.1,
+            "candidates": [
+                {"id": i, "token": t, "accuracy": a}
+                for i, t, a in ((3, "a", 0.45), (4, "b", 0.0), (5, "c", 0.3))
+            ],
+        }
+        (path / "eden_bank.json").write_text(json.dumps(bank))  # fmt: skip
     (path / "config.json").write_text(json.dumps(config))
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     final = {"step": 300, "sampling": {"samples": 64}, "eval/average/pass@1": 0.2,
@@ -63,6 +76,7 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
         _run(runs, "ead", seed, base + 0.02, 0.10 - 0.05 - 0.01 * seed,
              [(chain, "a", True), (chain, "b", True), (other, "y", True)], tis=1.01)  # fmt: skip
         _run(runs, "ase", seed, base, 0.10, [(chain, "a", True)])
+        _run(runs, "eden", seed, base - 0.3, 0.10, [(chain, "a", True)])
     os.makedirs(runs / "cold-s0")  # unfinished: no eval.json, not counted
     _run(runs, "hot", 0, 0.9, 0.5, [(chain, "a", True)])  # an evaluation of step 150 of 300
     final = json.loads((runs / "hot-s0" / "eval.json").read_text())
@@ -80,7 +94,7 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
     # every evaluated run kept (the 3 arms' seeds), the others not; on a machine without
     # runs/ the kept runs alone give the same report
     assert sorted(os.listdir(kept)) == sorted(
-        f"{a}-s{s}" for a in ("ase", "ead", "grpo") for s in range(3)
+        f"{a}-s{s}" for a in ("ase", "ead", "eden", "grpo") for s in range(3)
     )
     os.rename(runs, tmp_path / "elsewhere")
     assert study.report(str(runs), str(kept), str(tmp_path), str(tmp_path / "figures")) == text
@@ -96,7 +110,15 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(study, "SEEDS", (0, 1, 2))  # as if the study had 3 seeds an arm
     text = study.report(str(runs), str(kept), str(tmp_path), str(tmp_path / "figures"))
     assert "**A pilot, not the study**" in text  # 3 seeds of 2 arms
-    assert "Seeds finished: ase 3 (0,1,2); ead 3 (0,1,2); grpo 3 (0,1,2)" in text
+    assert "Seeds finished: ase 3 (0,1,2); ead 3 (0,1,2); eden 3 (0,1,2); grpo 3 (0,1,2)" in text
+    # EDEN's screen, kept with its runs; its noisy rows' reward against its clean rows'
+    assert (
+        "- eden: EDEN's anchor screen (each candidate appended to its probe's prompts "
+        "without noise), on all 3 seeds: 1 of 3 candidates viable (clean accuracy 0.500, "
+        "the best candidate's 0.450)" in text
+    )
+    eden = study.values(analysis.load_run(str(kept / "eden-s0")))
+    assert (eden["clean_reward"], eden["noisy_reward"]) == pytest.approx((0.25, 0.01))
     verdicts = {
         line.split(" | ")[1]: line.split(" | ")[-1].rstrip(" |")
         for line in text.splitlines()
@@ -128,7 +150,8 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
     assert ead["distinct"] == pytest.approx(3 / 2) and ead["other@64"] == 1.0
     grpo = study.values(analysis.load_run(str(kept / "grpo-s0")))
     assert grpo["distinct"] == pytest.approx(1 / 2) and grpo["other@64"] == 0.0
-    assert sorted(os.listdir(tmp_path / "figures")) == ["curves.png", "ead.png", "pass_at_k.png"]
+    figures = ["curves.png", "ead.png", "eden.png", "pass_at_k.png"]
+    assert sorted(os.listdir(tmp_path / "figures")) == figures
 
 
 ROOT = os.path.join(HERE, "..")
