@@ -591,6 +591,28 @@ def _header(title: str, columns) -> list[str]:
             "|---|" + "---|" * len(columns)]  # fmt: skip
 
 
+# the comparisons inside a method: ASE's directions against unstructured steering (its
+# paper's ablation), what composing EAD or TIS changes in EDEN, ExTra against its halves
+WITHIN = (("ase", "ase_unstructured"), ("eden_ead", "eden"), ("eden_tis", "eden"),
+          ("extra4", "extra_n4"), ("extra4", "extra_r4"))  # fmt: skip
+
+
+def _paired_row(label: str, arm: str, table: dict, base: str) -> str:
+    """A table row: `arm` minus `base` on each seed both have, every column's mean and
+    paired interval, after the number of seeds paired."""
+    from explore_rl import analysis
+
+    cells, n = [], 0
+    for k, _ in FINAL + TRAINING:
+        stats = analysis.paired(
+            {s: v.get(k) for s, v in table[arm].items()},
+            {s: v.get(k) for s, v in table[base].items()},
+        )
+        cells.append(_cell(stats))
+        n = max(n, stats[3])
+    return f"| {label} | {n} | " + " | ".join(cells) + " |"
+
+
 def _row(arm: str, runs: dict, columns) -> str:
     """A table row: each column's mean over the arm's seeds with its interval."""
     from explore_rl import analysis
@@ -654,18 +676,12 @@ def report(runs: str, kept: str, out: str, figures: str = FIGURES) -> str:
     lines += [_row(arm, runs_, FINAL) for arm, runs_ in table.items()]
     lines += _header("Against GRPO, paired by seed (arm minus its GRPO: grpo4 for 4-number arms)",
                      (("", "seeds"), *FINAL, *TRAINING))  # fmt: skip
-    for arm, runs_ in table.items():
-        base = table.get(BASELINE[arm])
-        if arm == BASELINE[arm] or not base:
-            continue
-        cells, n = [], 0
-        for k, _ in FINAL + TRAINING:
-            stats = analysis.paired(
-                {s: v.get(k) for s, v in runs_.items()}, {s: v.get(k) for s, v in base.items()}
-            )
-            cells.append(_cell(stats))
-            n = max(n, stats[3])
-        lines.append(f"| {arm} | {n} | " + " | ".join(cells) + " |")
+    lines += [_paired_row(arm, arm, table, BASELINE[arm]) for arm in table
+              if arm != BASELINE[arm] and BASELINE[arm] in table]  # fmt: skip
+    lines += _header("Within a method, paired by seed (the first arm minus the second)",
+                     (("", "seeds"), *FINAL, *TRAINING))  # fmt: skip
+    lines += [_paired_row(f"{a} - {b}", a, table, b) for a, b in WITHIN
+              if a in table and b in table]  # fmt: skip
     lines += _header("Training (each seed's mean, then the mean over seeds)", TRAINING)
     lines += [_row(arm, runs_, TRAINING) for arm, runs_ in table.items()]
     lines += ["", "## Checks", "", *checks(done)]

@@ -77,6 +77,7 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
              [(chain, "a", True), (chain, "b", True), (other, "y", True)], tis=1.01)  # fmt: skip
         _run(runs, "ase", seed, base, 0.10, [(chain, "a", True)])
         _run(runs, "eden", seed, base - 0.3, 0.10, [(chain, "a", True)])
+        _run(runs, "ase_unstructured", seed, base - 0.01, 0.10, [(chain, "a", True)])
     os.makedirs(runs / "cold-s0")  # unfinished: no eval.json, not counted
     _run(runs, "hot", 0, 0.9, 0.5, [(chain, "a", True)])  # an evaluation of step 150 of 300
     final = json.loads((runs / "hot-s0" / "eval.json").read_text())
@@ -94,14 +95,14 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
     # every evaluated run kept (the 3 arms' seeds), the others not; on a machine without
     # runs/ the kept runs alone give the same report
     assert sorted(os.listdir(kept)) == sorted(
-        f"{a}-s{s}" for a in ("ase", "ead", "eden", "grpo") for s in range(3)
+        f"{a}-s{s}" for a in ("ase", "ase_unstructured", "ead", "eden", "grpo") for s in range(3)
     )
     os.rename(runs, tmp_path / "elsewhere")
     assert study.report(str(runs), str(kept), str(tmp_path), str(tmp_path / "figures")) == text
     os.rename(tmp_path / "elsewhere", runs)
     kind = "AVX-512" if study.machine()["avx512"] else "no AVX-512"  # this machine's
     # kept by the report, not by the process that ran them: which commit ran them is unknown
-    assert f"({kind}), commit not recorded: ase-s0, ase-s1, ase-s2, ead-s0," in text
+    assert f"({kind}), commit not recorded: ase-s0, ase-s1, ase-s2, ase_unstructured-s0," in text
     # fewer seeds than the study's 8: intervals shown, nothing judged
     assert (
         "| EAD | Pass@64 above GRPO's | ead | 0.020 [0.020, 0.020] | 3 of 3 | not judged (3 of 8"
@@ -110,7 +111,14 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(study, "SEEDS", (0, 1, 2))  # as if the study had 3 seeds an arm
     text = study.report(str(runs), str(kept), str(tmp_path), str(tmp_path / "figures"))
     assert "**A pilot, not the study**" in text  # 3 seeds of 2 arms
-    assert "Seeds finished: ase 3 (0,1,2); ead 3 (0,1,2); eden 3 (0,1,2); grpo 3 (0,1,2)" in text
+    assert (
+        "Seeds finished: ase 3 (0,1,2); ase_unstructured 3 (0,1,2); ead 3 (0,1,2); eden 3" in text
+    )
+    # ASE against its ablation, paired by seed: Pass@64 0.01 above on every seed
+    assert (
+        "| ase - ase_unstructured | 3 | 0.000 [0.000, 0.000] | 0.000 [0.000, 0.000] | "
+        "0.010 [0.010, 0.010] |" in text
+    )
     # EDEN's screen, kept with its runs; its noisy rows' reward against its clean rows'
     assert (
         "- eden: EDEN's anchor screen (each candidate appended to its probe's prompts "
