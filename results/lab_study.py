@@ -140,9 +140,10 @@ def keep(path: str, kept: str, program: str | None) -> None:
     tmp = kept + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
-    for name in ("config.json", "eval.json", "eden_bank.json"):  # the last: EDEN's screen
-        if name != "eden_bank.json" or os.path.exists(os.path.join(path, name)):
-            shutil.copy(os.path.join(path, name), tmp)
+    for name in ("config.json", "eval.json"):
+        shutil.copy(os.path.join(path, name), tmp)
+    if os.path.exists(bank := os.path.join(path, "eden_bank.json")):
+        shutil.copy(bank, tmp)
     with (
         open(os.path.join(path, "metrics.jsonl"), "rb") as f,
         gzip.open(os.path.join(tmp, "metrics.jsonl.gz"), "wb") as g,

@@ -176,3 +176,23 @@ def test_the_kept_runs_are_not_ignored_by_git():
 
     assert not ignored(os.path.join(study.KEPT, "grpo-s0", "eval.json"))
     assert ignored("runs/demo/metrics.jsonl")  # the users' runs stay out
+
+
+FOUND = "## What the study found"  # docs/lab.md's results: the last section
+
+
+def test_the_numbers_docs_quote_are_the_reports():
+    """docs/lab.md's results quote results/lab/study.md, which the script writes from the
+    runs: every table row they show is a row of the report and every decimal number one of
+    its numbers, so none is typed by hand or left behind when the report changes."""
+    import re
+
+    with open(os.path.join(ROOT, "docs", "lab.md")) as f:
+        found = f.read().split(FOUND, 1)[1]
+    with open(os.path.join(ROOT, "results", "lab", "study.md")) as f:
+        report = f.read()
+    rows = [line for line in found.splitlines() if line.startswith("| ")]
+    assert rows and set(rows) <= set(report.splitlines()), set(rows) - set(report.splitlines())
+    number = re.compile(r"-?\d+\.\d+")
+    quoted = set(number.findall(found))
+    assert quoted and quoted <= set(number.findall(report)), quoted - set(number.findall(report))
