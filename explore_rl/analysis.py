@@ -40,6 +40,7 @@ import warnings
 
 import numpy as np
 import pandas as pd
+from matplotlib import colormaps, cycler
 from matplotlib.figure import Figure  # no pyplot: no backend, no window; notebooks show it
 
 from explore_rl.logs import flatten, read_metrics
@@ -294,6 +295,13 @@ def curve(runs: list[Run], key: str) -> str:
     return "\n".join(lines)
 
 
+# a configuration's style, its own for up to 20 configurations (the lab study has 14 arms):
+# tab20's 10 dark colours solid, then its 10 light ones dashed (and squares, marked)
+_TAB20 = colormaps["tab20"].colors
+STYLES = cycler(color=_TAB20[0::2] + _TAB20[1::2], linestyle=["-"] * 10 + ["--"] * 10)
+POINTS = STYLES + cycler(marker=["o"] * 10 + ["s"] * 10)
+
+
 def _band(ax, members: list[Run], key: str, label: str, smooth: int = 1):
     """The mean over seeds, +- one sd, at the steps every seed logged (a sparse metric,
     e.g. an evaluation, averages the same seeds at each point), in step order; each seed's
@@ -320,6 +328,7 @@ def plot_curves(runs: list[Run], keys=CURVES, smooth: int = 1):
     fig = Figure(figsize=(4.5 * len(keys), 3.5))
     axes = fig.subplots(1, len(keys), squeeze=False)
     for ax, key in zip(axes[0], keys):
+        ax.set_prop_cycle(STYLES)
         for label, members in groups(runs).items():
             _band(ax, members, key, label, smooth)
         ax.set_title(key + (f" ({smooth}-step moving average)" if smooth > 1 else ""))
@@ -333,9 +342,9 @@ def plot_pass_at_k(runs: list[Run]):
     """Held-out Pass@k against k (log scale) at each run's final evaluation, per
     configuration: the mean over seeds and its 95% bootstrap interval, at the k every seed
     has."""
-    fig = Figure(figsize=(5, 3.5))
+    fig = Figure(figsize=(6.5, 3.5))
     ax = fig.subplots()
-    for label, members in groups(runs).items():
+    for (label, members), style in zip(groups(runs).items(), POINTS()):
         evals = [r.last_eval() for r in members]
         ks = sorted({int(k.rsplit("@", 1)[1]) for e in evals for k in e if "/average/pass@" in k})
         ks = [k for k in ks if all(f"eval/average/pass@{k}" in e for e in evals)]
@@ -348,13 +357,14 @@ def plot_pass_at_k(runs: list[Run]):
             ks,
             stats[:, 0],
             yerr=[stats[:, 0] - stats[:, 1], stats[:, 2] - stats[:, 0]],
-            marker="o",
+            markersize=3,
             label=f"{label} (n={len(members)})",
+            **style,  # errorbar takes no line style from the axes' cycle
         )
     ax.set_xscale("log", base=2)
     ax.set_xlabel("k")
     ax.set_ylabel("Pass@k (held out)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
     fig.tight_layout()
     return fig
 
@@ -369,6 +379,7 @@ def plot_method(runs: list[Run], method: str):
     fig = Figure(figsize=(3.5 * len(keys), 3))
     axes = fig.subplots(1, len(keys), squeeze=False)
     for ax, key in zip(axes[0], keys):
+        ax.set_prop_cycle(STYLES)
         for label, members in groups(mine).items():
             _band(ax, members, key, label)
         ax.set_title(key, fontsize=8)
