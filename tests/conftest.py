@@ -22,6 +22,46 @@ from explore_rl.rl import train_step  # noqa: E402
 # of the suite), and write none themselves (`enable_compilation_cache`'s `write`).
 caching.enable_compilation_cache(write=False)
 
+# Most tests compile tiny models' programs and run each for milliseconds, so XLA's
+# optimisation is much of the suite's time. The test processes compile with less of it:
+# LLVM at level 0 (JAX's "compile less, run slower" switch) and XLA's older CPU fusion
+# emitters (faster to compile, slower code), except for the tests marked `optimized`, which
+# run SmolLM2-135M, where running is the time. An environment that sets
+# JAX_DISABLE_MOST_OPTIMIZATIONS gets what it says: `make test-kernels` runs the float
+# comparisons fully optimised, so both kinds of kernel are tested. The CLI subprocesses
+# compile as users' runs do.
+FAST_COMPILE = "JAX_DISABLE_MOST_OPTIMIZATIONS" not in os.environ
+_compiling_fast = False
+
+
+def _compile_fast(on: bool) -> None:
+    global _compiling_fast
+    jax.config.update("jax_disable_most_optimizations", on)
+    _compiling_fast = on
+
+
+def _legacy_emitters_when_fast(get_compile_options):
+    def get(*args, **kwargs):
+        options = get_compile_options(*args, **kwargs)
+        if _compiling_fast:
+            options.env_option_overrides = [
+                *options.env_option_overrides,
+                ("xla_cpu_use_fusion_emitters", False),
+            ]
+        return options
+
+    return get
+
+
+try:  # JAX's own hook for compile options; in another JAX version only LLVM's level drops
+    from jax._src import compiler as _compiler
+
+    _compiler.get_compile_options = _legacy_emitters_when_fast(_compiler.get_compile_options)
+except (ImportError, AttributeError):
+    pass
+if FAST_COMPILE:
+    _compile_fast(True)
+
 TINY_HF = dict(
     vocab_size=64,
     hidden_size=32,
@@ -87,6 +127,19 @@ def highest_precision():
 
     with jax.default_matmul_precision("highest"):
         yield
+
+
+@pytest.fixture(autouse=True)
+def _optimized(request):
+    """A test marked `optimized` compiles with XLA's full optimisation (see FAST_COMPILE)."""
+    if not (FAST_COMPILE and request.node.get_closest_marker("optimized")):
+        yield
+        return
+    _compile_fast(False)
+    try:
+        yield
+    finally:
+        _compile_fast(True)
 
 
 @pytest.fixture(scope="module", autouse=True)

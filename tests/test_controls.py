@@ -68,6 +68,7 @@ def test_a_control_trains_and_records_its_config(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.optimized
 def test_the_clip_controls_bind_in_the_demo_setting(tmp_path):
     """Several optimizer steps per rollout batch (rl.minibatches = 4): pi_theta leaves
     pi_old within the batch, so the ratio clip acts and clip-higher and GSPO update

@@ -11,7 +11,12 @@ from explore_rl.models.transformer import forward, positions_from_mask
 from explore_rl.sampling.sampler import greedy, left_pad
 
 # the real 135M model and transformers' GGUF loader
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("highest_precision"), pytest.mark.numerics]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.optimized,
+    pytest.mark.usefixtures("highest_precision"),
+    pytest.mark.numerics,
+]
 
 TEXTS = [
     "Hello world",

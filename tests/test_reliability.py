@@ -51,7 +51,8 @@ DRIVER = textwrap.dedent(
     if where == "full":
         save = checkpoint.Checkpointer.save
         def full_save(self, step, state, force=False, best=None):
-            if step == at:
+            if step == at:  # full once the earlier write is done (it may still run)
+                self.manager.wait_until_finished()
                 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
                 resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
             save(self, step, state, force, best)
