@@ -25,16 +25,18 @@ test: $(VENV)/.dev
 # The float comparisons (tests marked `numerics`) again under XLA CPU code of other vector
 # widths: each ISA level rounds sums in another order, as another machine's kernels do (an
 # AVX-512 CPU's against this AVX2 one's), so a tolerance that holds on one CPU only fails
-# here first. Fully optimised, as users' runs compile (`make test` compiles most tests with
-# less: tests/conftest.py). CI runs it after `make test`, on the fast ones (the slow ones
-# are end-to-end runs and the GGUF's parity with transformers: NUMERICS=numerics runs them).
-KERNELS ?= SSE4_2 AVX
+# here first; `native`: this CPU's own. Fully optimised, as users' runs compile (`make test`
+# compiles most tests with less: tests/conftest.py), so `make test` and this test three
+# kinds of kernel. CI runs it after `make test`, on the fast ones (the slow ones are
+# end-to-end runs and the GGUF's parity with transformers: NUMERICS=numerics runs them).
+KERNELS ?= SSE4_2 AVX native
 NUMERICS ?= numerics and not slow
 
 test-kernels: $(VENV)/.dev
 	for isa in $(KERNELS); do \
-		echo "== XLA_FLAGS=--xla_cpu_max_isa=$$isa"; \
-		JAX_DISABLE_MOST_OPTIMIZATIONS=0 XLA_FLAGS=--xla_cpu_max_isa=$$isa $(PY) -m pytest -q $(XDIST) \
+		cap=$$([ $$isa = native ] || echo --xla_cpu_max_isa=$$isa); \
+		echo "== $$isa, fully optimised"; \
+		JAX_DISABLE_MOST_OPTIMIZATIONS=0 XLA_FLAGS=$$cap $(PY) -m pytest -q $(XDIST) \
 			-m "$(NUMERICS)" -p no:cacheprovider || exit 1; \
 	done
 
