@@ -22,7 +22,7 @@ def test_there_are_notebooks_and_their_outputs_are_cleared():
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_the_notebook_executes(name, monkeypatch, tmp_path):
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
-    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the runs a notebook keeps: not in /tmp
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebook's runs: here, not in /tmp
     nb = nbformat.read(os.path.join(FOLDER, name), as_version=4)
     client = NotebookClient(
         nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": FOLDER}}
