@@ -34,7 +34,7 @@ def pytest_configure(config):
 
     def listen(event, seconds, **_):
         totals[event] += seconds
-        totals[event + "#n"] += 1
+        totals["programs"] += event == TIMERS["compile"]
 
     monitoring.register_event_duration_secs_listener(listen)
     os.makedirs(FOLDER, exist_ok=True)
@@ -47,9 +47,7 @@ def pytest_configure(config):
             wall, cpu = time.time(), time.process_time()
             yield
             row = dict(test=item.nodeid, wall=time.time() - wall, cpu=time.process_time() - cpu)
-            row.update(
-                {k: totals[e] for k, e in TIMERS.items()}, programs=totals[TIMERS["compile"] + "#n"]
-            )
+            row.update({k: totals[e] for k, e in TIMERS.items()}, programs=totals["programs"])
             with open(path, "a") as f:
                 f.write(json.dumps(row) + "\n")
 
@@ -57,9 +55,10 @@ def pytest_configure(config):
 
 
 def main(folder: str = FOLDER) -> None:
-    rows = [
-        json.loads(line) for p in glob.glob(os.path.join(folder, "*.jsonl")) for line in open(p)
-    ]
+    rows = []
+    for path in glob.glob(os.path.join(folder, "*.jsonl")):
+        with open(path) as f:
+            rows += [json.loads(line) for line in f]
     if not rows:
         sys.exit(f"error: no profile under {folder}: run the suite with -p suite_profile first")
     keys = ["wall", "cpu", *TIMERS, "programs"]

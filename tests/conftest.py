@@ -24,26 +24,20 @@ caching.enable_compilation_cache(write=False)
 
 # Most tests compile tiny models' programs and run each for milliseconds, so XLA's
 # optimisation is much of the suite's time. The test processes compile with less of it:
-# LLVM at level 0 (JAX's "compile less, run slower" switch) and XLA's older CPU fusion
-# emitters (faster to compile, slower code), except for the tests marked `optimized`, which
-# run SmolLM2-135M, where running is the time. An environment that sets
+# LLVM at level 0 (JAX's "compile less, run slower" switch) and, with it, XLA's older CPU
+# fusion emitters (faster to compile, slower code), except for the tests marked
+# `optimized`, which run SmolLM2-135M, where running is the time. An environment that sets
 # JAX_DISABLE_MOST_OPTIMIZATIONS gets what it says: `make test-kernels` runs the float
-# comparisons fully optimised, so both kinds of kernel are tested. The CLI subprocesses
+# comparisons fully optimised, so three kinds of kernel are tested. The CLI subprocesses
 # compile as users' runs do.
-FAST_COMPILE = "JAX_DISABLE_MOST_OPTIMIZATIONS" not in os.environ
-_compiling_fast = False
-
-
-def _compile_fast(on: bool) -> None:
-    global _compiling_fast
-    jax.config.update("jax_disable_most_optimizations", on)
-    _compiling_fast = on
+FAST = "jax_disable_most_optimizations"
+FAST_COMPILE = FAST.upper() not in os.environ
 
 
 def _legacy_emitters_when_fast(get_compile_options):
     def get(*args, **kwargs):
         options = get_compile_options(*args, **kwargs)
-        if _compiling_fast:
+        if jax.config.read(FAST):
             options.env_option_overrides = [
                 *options.env_option_overrides,
                 ("xla_cpu_use_fusion_emitters", False),
@@ -60,7 +54,7 @@ try:  # JAX's own hook for compile options; in another JAX version only LLVM's l
 except (ImportError, AttributeError):
     pass
 if FAST_COMPILE:
-    _compile_fast(True)
+    jax.config.update(FAST, True)
 
 TINY_HF = dict(
     vocab_size=64,
@@ -135,11 +129,11 @@ def _optimized(request):
     if not (FAST_COMPILE and request.node.get_closest_marker("optimized")):
         yield
         return
-    _compile_fast(False)
+    jax.config.update(FAST, False)
     try:
         yield
     finally:
-        _compile_fast(True)
+        jax.config.update(FAST, True)
 
 
 @pytest.fixture(scope="module", autouse=True)
