@@ -35,7 +35,9 @@ setup(
         "tokenizers",
         "jinja2",
         "numpy",
-        "ml-dtypes",
+        # 0.7.0 takes ~1 s to import (perf: numpy's PyUFunc_AddLoop comparing each new loop
+        # with those registered), paid by every process that imports JAX; 0.6.0: 0.01 s
+        "ml-dtypes<0.7",
         "scikit-learn",
         "scipy",
         "sentencepiece",

@@ -1,11 +1,13 @@
 """Answer extraction, equivalence, the verifier pool's timeouts, and a run's reward
 functions: ours, verl's and TRL's conventions, several with weights."""
 
+import importlib.machinery
 import json
 import signal
 import subprocess
 import sys
 import time
+import types
 
 import numpy as np
 import pytest
@@ -99,6 +101,31 @@ def test_verifier_pool_scores_and_times_out(busy_neighbours):
         v.fn = correct  # the killed pool is rebuilt, warm, for the next batch
         assert v.score([(r"\boxed{0.5}", "1/2")]) == Scores([1.0], 0, 0)
         assert v.timeouts_total == 1 and v.warmup_s > 0
+
+
+def worker_main(response, reference):
+    """1 when the worker did not import its parent's main module."""
+    return float(getattr(sys.modules["__main__"], "__file__", None) is None)
+
+
+@pytest.mark.slow
+def test_workers_skip_the_packages_entry_point_and_keep_a_users_script(tmp_path, monkeypatch):
+    """Spawned workers re-import the parent's main module: `python -m explore_rl.main`'s is
+    JAX and the trainer, which a worker does not need; a user's script's may hold the
+    reward function itself."""
+    entry = types.ModuleType("__main__")
+    entry.__spec__ = importlib.machinery.ModuleSpec("explore_rl.main", None)
+    monkeypatch.setitem(sys.modules, "__main__", entry)
+    with Verifier(workers=1, timeout=20.0) as v:
+        assert v.score([("a", "b")], worker_main) == Scores([1.0], 0, 0)
+    script = tmp_path / "train.py"
+    script.write_text("def reward(response, reference):\n    return 0.5\n")
+    user = types.ModuleType("__main__")
+    user.__file__, user.__spec__ = str(script), None
+    exec(script.read_text(), user.__dict__)
+    monkeypatch.setitem(sys.modules, "__main__", user)
+    with Verifier(workers=1, timeout=20.0) as v:
+        assert v.score([("a", "b")], user.reward) == Scores([0.5], 0, 0)
 
 
 def takes_three(response, problem, extra):

@@ -28,11 +28,14 @@ import dataclasses
 import logging
 import math
 import multiprocessing
+import multiprocessing.popen_spawn_posix
 import queue
 import re
 import resource
 import signal
+import sys
 import time
+import types
 from collections.abc import Callable, Sequence
 
 EXTRACTORS = ("boxed", "hash", "last_number")
@@ -177,9 +180,29 @@ def _score_batch(fn, items: list, timeout: float) -> tuple[list[float], bool, bo
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
+class _Launch(multiprocessing.popen_spawn_posix.Popen):
+    """Starts a worker without the parent's main module when that is one of the package's
+    own entry points (`python -m explore_rl.main`). Spawn re-imports the parent's `__main__`
+    in every worker, so that functions defined there unpickle; explore_rl.main's imports
+    are JAX and the whole trainer, seconds of CPU a worker beside a run that is compiling.
+    The entry points define no reward function; a user's script keeps its main."""
+
+    def _launch(self, process_obj):
+        main = sys.modules["__main__"]
+        name = getattr(getattr(main, "__spec__", None), "name", None) or ""
+        if name.startswith("explore_rl."):  # swapped only while the launch pickles its
+            sys.modules["__main__"] = types.ModuleType("__main__")  # preparation data
+        try:
+            super()._launch(process_obj)
+        finally:
+            sys.modules["__main__"] = main
+
+
 class _Worker(multiprocessing.context.SpawnProcess):
     """A worker ignores SIGTERM, so the pool ends it (at close, or stuck in an item) with
     SIGKILL."""
+
+    _Popen = staticmethod(_Launch)
 
     def terminate(self):
         self.kill()
