@@ -223,14 +223,46 @@ def left_padded_batch(rng: np.random.Generator, lengths, vocab: int, total: int)
     return tokens, mask
 
 
-def run_main(*args, timeout=600, cwd=None, env=None):
-    """`python -m explore_rl.main ARGS` in a subprocess on the CPU backend (in `cwd`, with
-    `env`'s variables too); the test modules importable (a custom `reward.fn` of a test)."""
-    tests = os.path.dirname(os.path.abspath(__file__))
-    path = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p)
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def subprocess_env(
+    devices: int | None = None, tests_importable: bool = True, optimized: bool = False, **extra
+):
+    """The environment of a process a test starts (the CLI, a script, a notebook's kernel):
+    this one's, on the CPU backend with `devices` CPU devices (one unless given: an
+    inherited device count is dropped), the test modules importable (a custom `reward.fn`
+    of a test), and `extra`'s variables.
+
+    Under `make test` (FAST_COMPILE) it compiles as the test processes do, unless
+    `optimized` (a process that runs SmolLM2-135M, where running is the time): less XLA
+    optimisation, the older fusion emitters. These processes run smoke-sized configs for
+    a few steps, where XLA's compile is most of their time (a smoke run with an empty
+    cache: 25 s of CPU fully optimised, 13 s so). What a user's run compiles is still
+    tested: `make test-kernels` runs the float comparisons fully optimised, and the
+    tests that measure a compiled program (the footprint's peak) or run as a user's
+    install does (the wheel) start their processes with the environment as it is."""
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f]
+    if devices is not None:
+        flags.append(f"--xla_force_host_platform_device_count={devices}")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", **extra)
+    if FAST_COMPILE and not optimized:
+        env[FAST.upper()] = "1"
+        flags.append("--xla_cpu_use_fusion_emitters=false")
+    env["XLA_FLAGS"] = " ".join(flags)
+    if tests_importable:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)
+    else:
+        env.pop("PYTHONPATH", None)
+    return env
+
+
+def run_main(*args, devices=None, timeout=600, cwd=None, env=None):
+    """`python -m explore_rl.main ARGS` in a subprocess (`subprocess_env`: in `cwd`, with
+    `devices` CPU devices and `env`'s variables too)."""
     return subprocess.run(
         [sys.executable, "-m", "explore_rl.main", *args],
-        env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=path, **(env or {})),
+        env=subprocess_env(devices, **(env or {})),
         capture_output=True,
         text=True,
         timeout=timeout,

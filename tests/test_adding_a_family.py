@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close, make_hf_checkpoint
+from conftest import assert_float32_close, make_hf_checkpoint, subprocess_env
 from test_models import torch_logits
 
 from explore_rl.models import family, presets, weights
@@ -110,13 +110,10 @@ SHARDED = textwrap.dedent("""
 
 def test_the_new_family_shards_on_a_mesh(tmp_path):
     make_hf_checkpoint(tmp_path, HF_MISTRAL)
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
-    )
     here = os.path.dirname(os.path.abspath(__file__))
     out = subprocess.run(
         [sys.executable, "-c", SHARDED, str(tmp_path), here],
-        env=env,
+        env=subprocess_env(4),
         capture_output=True,
         text=True,
         timeout=300,

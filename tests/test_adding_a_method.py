@@ -11,6 +11,7 @@ import shutil
 import subprocess
 
 import pytest
+from conftest import subprocess_env
 
 from explore_rl.logs import read_metrics
 
@@ -53,7 +54,7 @@ def test_the_pages_commands_run_as_typed(tmp_path):
     (tmp_path / "tests" / "test_group_temperature.py").write_text(test)
     (block,) = page_blocks("", ["docs/adding_a_method.md"])
     grpo = "python -m explore_rl.main --config configs/grpo.py:demo --workdir runs/demo"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the copy, not the clone
+    env = subprocess_env(tests_importable=False)  # the copy, not the clone
     for line in [grpo, *block.splitlines()]:
         command = smoke(shlex.split(line, comments=True), hf_folder="")
         done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)

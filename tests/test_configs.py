@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import subprocess_env
 
 import configs
 from configs import ase, base, controls, eden, extra
@@ -48,11 +49,10 @@ def test_the_table_covers_every_config_file():
 def _python_in(folder, *args):
     """`python ARGS` run in `folder` with the installed package alone (no PYTHONPATH), as
     a notebook or a launcher elsewhere would have it."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("PYTHONPATH", None)
     return subprocess.run(
-        [sys.executable, *args], cwd=folder, env=env, capture_output=True, text=True, timeout=300
-    )
+        [sys.executable, *args], cwd=folder, env=subprocess_env(tests_importable=False),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
 
 
 def test_every_config_and_argument_loads_from_another_directory(tmp_path):

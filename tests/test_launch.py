@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import subprocess_env
 
 import configs
 from explore_rl import config as config_lib
@@ -98,7 +99,7 @@ def test_a_sweep_runs_each_point_through_the_cli(tmp_path):
     out = subprocess.run(
         [sys.executable, "launch/sweep.py", "configs/grpo.py:smoke", "--workdir", str(tmp_path)]
         + ["--parallel", "2", "--", "--config.train.steps=1", "--config.train.eval_every=0"],
-        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        env=subprocess_env(),
         capture_output=True,
         text=True,
         timeout=600,

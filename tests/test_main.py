@@ -25,7 +25,7 @@ def test_sample_mode_writes_samples(tmp_path):
         "--config.sample.samples_per_prompt=3",
         "--config.sample.temperature=1.0",
         "--config.sample.max_new_tokens=8",
-        env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
+        devices=2,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(x) for x in open(tmp_path / "run" / "samples" / "sample.jsonl")]

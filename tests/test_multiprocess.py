@@ -11,7 +11,7 @@ import sys
 import jax
 import numpy as np
 import pytest
-from conftest import run_main
+from conftest import run_main, subprocess_env
 
 from configs import ase
 from explore_rl import config as config_lib
@@ -23,8 +23,6 @@ pytestmark = pytest.mark.slow
 # smoke scale, with a reward that gives mixed groups, so each step really updates
 SMOKE = ["--config=configs/ase.py:smoke", "--config.train.eval_every=0",
          f"--config.reward.fn={testing.PARITY}"]  # fmt: skip
-TESTS = os.path.dirname(os.path.abspath(__file__))
-ENV = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=TESTS)
 
 
 def _free_port() -> int:
@@ -36,7 +34,7 @@ def _free_port() -> int:
 def launch(workdir, steps: int, processes: int = 2) -> list[str]:
     """The smoke run as `processes` CPU processes of one device each; their stderr."""
     port = _free_port()
-    env = {k: v for k, v in ENV.items() if k != "XLA_FLAGS"}  # one device per process
+    env = subprocess_env()  # one device per process
     procs = [
         subprocess.Popen(
             [
@@ -91,7 +89,7 @@ def test_two_processes_train_like_one_and_resume(tmp_path):
     # the reference: one process holding the same mesh of two devices (fake CPU ones)
     one = tmp_path / "one"
     out = run_main(*SMOKE, f"--workdir={one}", "--config.train.steps=2",
-                   env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})  # fmt: skip
+                   devices=2)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     a, b = final_state(one), final_state(two)
     assert int(b.state.step) == int(a.state.step) > 0

@@ -22,11 +22,11 @@ import subprocess
 import sys
 
 import pytest
+from conftest import subprocess_env
 
 pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTS = os.path.join(ROOT, "tests")
 PAGES = ["README.md"] + sorted(
     os.path.relpath(p, ROOT)
     for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))
@@ -250,12 +250,11 @@ def reads(words: list[str]) -> list[str]:
 
 def _run(words: list[str], user_folder, hf_folder):
     command = smoke(words, hf_folder)
-    path = os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)
     return command, subprocess.run(
         " ".join(shlex.quote(w) if "*" not in w else w for w in command),
         shell=True,  # the pages' globs expand as in the user's shell
         cwd=user_folder,
-        env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=path),
+        env=subprocess_env(),
         capture_output=True,
         text=True,
         timeout=600,
@@ -313,7 +312,7 @@ def test_the_getting_started_python_runs(user_folder):
             + "\nprint(rollout.tokens.shape)",
         ],
         cwd=user_folder,
-        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        env=subprocess_env(),
         capture_output=True,
         text=True,
         timeout=600,

@@ -16,7 +16,7 @@ import time
 import jax
 import numpy as np
 import pytest
-from conftest import make_hf_checkpoint, run_main
+from conftest import make_hf_checkpoint, run_main, subprocess_env
 
 from configs import grpo
 from explore_rl import checkpoint as checkpoint_lib
@@ -30,7 +30,6 @@ from explore_rl.train import build, loop
 
 pytestmark = pytest.mark.slow
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
 ARGS = [
     "--config", "configs/grpo.py:smoke", f"--config.reward.fn={testing.PARITY}",
     "--config.train.eval_every=0", "--config.train.checkpoint_every=1",
@@ -78,17 +77,16 @@ DRIVER = textwrap.dedent(
 )
 
 
-def _env():
-    path = os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)
-    return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=path)
-
-
 def _cli(*args, driver=None):
     command = [sys.executable, "-c", DRIVER, *driver] if driver else [
         sys.executable, "-m", "explore_rl.main"
     ]  # fmt: skip
     return subprocess.Popen(
-        [*command, *args], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*command, *args],
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -158,7 +156,7 @@ def test_sigterm_to_every_process_checkpoints_the_step_and_says_how_to_resume(tm
     flag = tmp_path / "sigterm"
     run = [*ARGS, "--config.train.checkpoint_every=1000", "--workdir", str(tmp_path / "run")]
     run += ["--config.reward.fn=test_reliability:group_terminating_parity"]
-    env = dict(_env(), TEST_SIGTERM_FLAG=str(flag))
+    env = dict(subprocess_env(), TEST_SIGTERM_FLAG=str(flag))
     p = subprocess.Popen(  # its own process group: the signal reaches the run alone
         [sys.executable, "-m", "explore_rl.main", *run, "--config.train.steps=1000"],
         env=env, stderr=subprocess.PIPE, text=True, start_new_session=True,
@@ -204,7 +202,7 @@ def test_sigterm_during_an_evaluation_stops_it_at_the_next_batch(tmp_path):
     run = [*ARGS, "--config.train.eval_every=1", "--config.eval.batch_prompts=1"]
     run += ["--config.reward.fn=test_reliability:eval_terminating_parity"]
     run += ["--workdir", str(tmp_path / "run")]
-    env = dict(_env(), TEST_SIGTERM_FLAG=str(flag))
+    env = dict(subprocess_env(), TEST_SIGTERM_FLAG=str(flag))
     p = subprocess.Popen(  # its own process group: the signal reaches the run alone
         [sys.executable, "-m", "explore_rl.main", *run, "--config.train.steps=1000"],
         env=env, stderr=subprocess.PIPE, text=True, start_new_session=True,

@@ -1,12 +1,11 @@
 """Loading places each tensor on the sharding rules, reading one device's slice at a time
 (8 fake CPU devices)."""
 
-import os
 import subprocess
 import sys
 import textwrap
 
-from conftest import make_hf_checkpoint
+from conftest import make_hf_checkpoint, subprocess_env
 
 SCRIPT = textwrap.dedent("""
     import sys
@@ -51,12 +50,9 @@ SCRIPT = textwrap.dedent("""
 
 def test_load_with_target_sharding(tmp_path):
     make_hf_checkpoint(tmp_path, "qwen2")
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
-    )
     out = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(tmp_path)],
-        env=env,
+        env=subprocess_env(8),
         capture_output=True,
         text=True,
         timeout=300,

@@ -2,12 +2,12 @@
 train steps give what one device gives, with the layers unrolled and scanned: the same
 tokens, mu and params to float32 rounding (`conftest.assert_float32_close`)."""
 
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from conftest import subprocess_env
 
 # sharded against one device: other partial sums, other summation orders
 pytestmark = pytest.mark.numerics
@@ -93,13 +93,8 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_data_fsdp_tensor_mesh_equals_one_device():
-    tests = os.path.dirname(os.path.abspath(__file__))  # conftest's helpers, importable
-    path = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p)
-    flags = " ".join(
-        f for f in (os.environ.get("XLA_FLAGS"), "--xla_force_host_platform_device_count=8") if f
-    )
-    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu", PYTHONPATH=path)
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
-    )
+    out = subprocess.run(  # conftest's helpers, importable
+        [sys.executable, "-c", SCRIPT], env=subprocess_env(8), capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
     assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-3000:]
