@@ -28,8 +28,8 @@ caching.enable_compilation_cache(write=False)
 # fusion emitters (faster to compile, slower code), except for the tests marked
 # `optimized`, which run SmolLM2-135M, where running is the time. An environment that sets
 # JAX_DISABLE_MOST_OPTIMIZATIONS gets what it says: `make test-kernels` runs the float
-# comparisons fully optimised, so three kinds of kernel are tested. The CLI subprocesses
-# compile as users' runs do.
+# comparisons fully optimised, so three kinds of kernel are tested. The processes the tests
+# start (the CLI, scripts, notebooks' kernels) compile likewise: `subprocess_env`.
 FAST = "jax_disable_most_optimizations"
 FAST_COMPILE = FAST.upper() not in os.environ
 

@@ -1,18 +1,17 @@
 """Every command in README.md and docs/ runs: the documentation is a contract.
 
-The commands are read from the pages themselves (their shell blocks) and run in order in
-one fresh folder outside the clone, as a user would type them, each at the smallest size
-that still does what it says (`smoke` below): a training command trains the same config at
-its smoke scale, a sampling command draws a few tokens, a benchmark times a tiny random
-model of the same code path, and a model folder a page only names is the embedded model's
-HF folder. A Python block that starts with a file name (`# my_rewards.py: ...`) is that
-file, written into the folder first; the getting-started page's Python block runs as a
-script. A command the pages give twice runs once. `docs/adding_a_method.md`'s commands
-need its files inside the package: `tests/test_adding_a_method.py` runs them in a copy of
-the project with the files placed. `make test` is the command that runs this suite;
-`make demo` is checked with `make -n` (its recipe resolves and runs
-`configs/grpo.py:demo`, trained here at smoke scale).
-"""
+The commands are read from the pages themselves (their shell blocks) and run in order in one
+fresh folder outside the clone, as a user would type them, each at the smallest size that
+still does what it says (`smoke` below): a training command trains the same config at its
+smoke scale, a sampling command draws a few tokens, a benchmark times a tiny random model of
+the same code path, and a model folder a page only names is the embedded model's HF folder;
+each compiles as the suite's tests do (`conftest.subprocess_env`). A Python block that
+starts with a file name (`# my_rewards.py: ...`) is that file, written into the folder
+first; the getting-started page's Python block runs as a script. A command the pages give
+twice runs once. `docs/adding_a_method.md`'s commands need its files inside the package:
+`tests/test_adding_a_method.py` runs them in a copy of the project with the files placed.
+`make test` is the command that runs this suite; `make demo` is checked with `make -n` (its
+recipe resolves and runs `configs/grpo.py:demo`, trained here at smoke scale)."""
 
 import glob
 import os

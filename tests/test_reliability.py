@@ -156,7 +156,7 @@ def test_sigterm_to_every_process_checkpoints_the_step_and_says_how_to_resume(tm
     flag = tmp_path / "sigterm"
     run = [*ARGS, "--config.train.checkpoint_every=1000", "--workdir", str(tmp_path / "run")]
     run += ["--config.reward.fn=test_reliability:group_terminating_parity"]
-    env = dict(subprocess_env(), TEST_SIGTERM_FLAG=str(flag))
+    env = subprocess_env(TEST_SIGTERM_FLAG=str(flag))
     p = subprocess.Popen(  # its own process group: the signal reaches the run alone
         [sys.executable, "-m", "explore_rl.main", *run, "--config.train.steps=1000"],
         env=env, stderr=subprocess.PIPE, text=True, start_new_session=True,
@@ -202,7 +202,7 @@ def test_sigterm_during_an_evaluation_stops_it_at_the_next_batch(tmp_path):
     run = [*ARGS, "--config.train.eval_every=1", "--config.eval.batch_prompts=1"]
     run += ["--config.reward.fn=test_reliability:eval_terminating_parity"]
     run += ["--workdir", str(tmp_path / "run")]
-    env = dict(subprocess_env(), TEST_SIGTERM_FLAG=str(flag))
+    env = subprocess_env(TEST_SIGTERM_FLAG=str(flag))
     p = subprocess.Popen(  # its own process group: the signal reaches the run alone
         [sys.executable, "-m", "explore_rl.main", *run, "--config.train.steps=1000"],
         env=env, stderr=subprocess.PIPE, text=True, start_new_session=True,
