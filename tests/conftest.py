@@ -245,7 +245,7 @@ def subprocess_env(
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f]
     if devices is not None:
         flags.append(f"--xla_force_host_platform_device_count={devices}")
-    env = dict(os.environ, JAX_PLATFORMS="cpu", **extra)
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
     if FAST_COMPILE and not optimized:
         env[FAST.upper()] = "1"
         flags.append("--xla_cpu_use_fusion_emitters=false")
@@ -254,7 +254,7 @@ def subprocess_env(
         env["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)
     else:
         env.pop("PYTHONPATH", None)
-    return env
+    return env | extra
 
 
 def run_main(*args, devices=None, timeout=600, cwd=None, env=None):

@@ -2,7 +2,6 @@
 compose in order, keep their state through checkpoints, and conflicting ones are refused."""
 
 import dataclasses
-import os
 import subprocess
 import sys
 
@@ -10,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import subprocess_env
 
 from configs import grpo
 from explore_rl import config as config_lib
@@ -150,7 +150,7 @@ def test_config_errors_name_the_problem():
     # in a process that has imported no method yet (the registry is filled on import)
     out = subprocess.run(
         [sys.executable, "-c", "from explore_rl.exploration import base; base.get('nope')"],
-        env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True,
+        env=subprocess_env(), capture_output=True, text=True,
     )  # fmt: skip
     last = out.stderr.strip().splitlines()[-1]
     assert all(repr(m) in last for m in ("ase", "ead", "eden", "extra")), last
