@@ -4,7 +4,10 @@ Both are pure functions of their inputs, so they are kept across runs and shared
 process on the machine (tests, sweeps, notebooks):
 
 - `xla/`: JAX's persistent compilation cache. An identical program (same shapes, flags,
-  JAX version and device) compiles once per machine; later processes load it.
+  JAX version and device) compiles once per machine; later processes load it. Every
+  program is kept, however fast it compiled: a run's ~100 small ones (eager array
+  operations, a random initialisation's draws) take longer to compile than to read back
+  (a warm smoke run: 7.7 -> 5.4 s; BENCHMARKS.md, "The cache keeps every program").
 - `gguf/<sha256>/`: a GGUF file converted once to an HF folder (dequantized float32
   safetensors, config.json, tokenizer.json); later loads memory-map it.
 - `base/<recipe>/`: a supervised run's final weights as an HF folder, a run's starting
@@ -25,9 +28,6 @@ import tempfile
 from collections.abc import Callable
 
 import jax
-
-# Programs that compile faster than this are cheaper to rebuild than to read back.
-_MIN_COMPILE_SECONDS = 0.2
 
 
 def cache_dir(*parts: str) -> str:
@@ -50,7 +50,7 @@ def enable_compilation_cache(write: bool = True) -> str | None:
     except OSError:
         return None
     jax.config.update("jax_compilation_cache_dir", folder)
-    minimum = _MIN_COMPILE_SECONDS if write else float("inf")
+    minimum = 0.0 if write else float("inf")
     jax.config.update("jax_persistent_cache_min_compile_time_secs", minimum)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return folder
