@@ -100,8 +100,8 @@ def test_config_json_round_trip(tmp_path):
         assert presets.from_hf_config(str(tmp_path)) == cfg, name
 
 
-# a program that compiles in milliseconds, which the cache keeps all the same; `{enable}`
-# turns the cache on, the last line printed is `{result}`
+# a program that compiles in about a tenth of a second, which the cache keeps all the same;
+# `{enable}` turns the cache on, the last line printed is `{result}`
 _PROGRAM = """
 import jax, jax.numpy as jnp
 from jax._src import monitoring
