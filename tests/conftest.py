@@ -25,22 +25,25 @@ caching.enable_compilation_cache(write=False)
 # Most tests compile tiny models' programs and run each for milliseconds, so XLA's
 # optimisation is much of the suite's time. The test processes compile with less of it:
 # LLVM at level 0 (JAX's "compile less, run slower" switch) and, with it, XLA's older CPU
-# fusion emitters (faster to compile, slower code), except for the tests marked
+# fusion emitters (faster to compile, slower code) and each program's code in one LLVM
+# module (XLA splits it into modules compiled in parallel, which costs a small program more
+# than it saves: BENCHMARKS.md, "One LLVM module a program"), except for the tests marked
 # `optimized`, which run SmolLM2-135M, where running is the time. An environment that sets
 # JAX_DISABLE_MOST_OPTIMIZATIONS gets what it says: `make test-kernels` runs the float
 # comparisons fully optimised, so three kinds of kernel are tested. The processes the tests
 # start (the CLI, scripts, notebooks' kernels) compile likewise: `subprocess_env`.
 FAST = "jax_disable_most_optimizations"
 FAST_COMPILE = FAST.upper() not in os.environ
+FAST_XLA_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_cpu_parallel_codegen_split_count": 1}
 
 
-def _legacy_emitters_when_fast(get_compile_options):
+def _with_fast_options(get_compile_options):
     def get(*args, **kwargs):
         options = get_compile_options(*args, **kwargs)
         if jax.config.read(FAST):
             options.env_option_overrides = [
                 *options.env_option_overrides,
-                ("xla_cpu_use_fusion_emitters", False),
+                *FAST_XLA_OPTIONS.items(),
             ]
         return options
 
@@ -50,7 +53,7 @@ def _legacy_emitters_when_fast(get_compile_options):
 try:  # JAX's own hook for compile options; in another JAX version only LLVM's level drops
     from jax._src import compiler as _compiler
 
-    _compiler.get_compile_options = _legacy_emitters_when_fast(_compiler.get_compile_options)
+    _compiler.get_compile_options = _with_fast_options(_compiler.get_compile_options)
 except (ImportError, AttributeError):
     pass
 if FAST_COMPILE:
@@ -236,19 +239,20 @@ def subprocess_env(
 
     Under `make test` (FAST_COMPILE) it compiles as the test processes do, unless
     `optimized` (a process that runs SmolLM2-135M, where running is the time): less XLA
-    optimisation, the older fusion emitters. These processes run smoke-sized configs for
-    a few steps, where XLA's compile is most of their time (a smoke run with an empty
-    cache: 25 s of CPU fully optimised, 13 s so). What a user's run compiles is still
-    tested: `make test-kernels` runs the float comparisons fully optimised, and the
-    tests that measure a compiled program (the footprint's peak) or run as a user's
-    install does (the wheel) start their processes with the environment as it is."""
+    optimisation, the older fusion emitters, one LLVM module a program. These processes
+    run smoke-sized configs for a few steps, where XLA's compile is most of their time (a
+    smoke run with an empty cache: 25 s of CPU fully optimised, 11 s so). What a user's run
+    compiles is still tested: `make test-kernels` runs the float comparisons fully
+    optimised, and the tests that measure a compiled program (the footprint's peak) or run
+    as a user's install does (the wheel) start their processes with the environment as it
+    is."""
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f]
     if devices is not None:
         flags.append(f"--xla_force_host_platform_device_count={devices}")
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     if FAST_COMPILE and not optimized:
         env[FAST.upper()] = "1"
-        flags.append("--xla_cpu_use_fusion_emitters=false")
+        flags += [f"--{k}={str(v).lower()}" for k, v in FAST_XLA_OPTIONS.items()]
     env["XLA_FLAGS"] = " ".join(flags)
     if tests_importable:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)
