@@ -36,6 +36,7 @@ of arrays, not of the runtime (the Python process, XLA's code, the allocator's s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 
@@ -219,6 +220,20 @@ class _Sizes:
         return self.full(queries, keys)
 
 
+@functools.lru_cache(maxsize=64)
+def _state_bytes(cfg: ModelConfig, axes: tuple, optimizer) -> tuple[int, int, int]:
+    """Per-device bytes of the params, of the optimizer's moments and of the scanned
+    layers' stack (0 unstacked) on a mesh of `axes` ((name, size) pairs), from
+    `jax.eval_shape`. Kept per (model, mesh, optimizer): a search for the settings that
+    make a run fit (`train.sizing.fixes`) asks for a hundred estimates of one model, and
+    tracing a 36-layer model's init takes a tenth of a second each time."""
+    axis_sizes = dict(axes)
+    params = jax.eval_shape(lambda: transformer.init_params(cfg, jax.random.key(0)))
+    moments = jax.eval_shape(optimizer.init, params)
+    stacked = per_device_bytes(params["layers"], axis_sizes) if cfg.scan_layers else 0
+    return per_device_bytes(params, axis_sizes), per_device_bytes(moments, axis_sizes), stacked
+
+
 def estimate(
     cfg: ModelConfig, axis_sizes: dict, optimizer, sizes: StepSizes, reference: bool,
     capacity: tuple[int, str] | None = None,
@@ -226,9 +241,7 @@ def estimate(
     """The terms of one step on a mesh of `axis_sizes` (`dict(mesh.shape)`), from
     `jax.eval_shape` of the params and the optimizer's state and the step's sizes (see the
     module's docstring); against `capacity` (bytes, device), by default a local device's."""
-    params = jax.eval_shape(lambda: transformer.init_params(cfg, jax.random.key(0)))
-    moments = jax.eval_shape(optimizer.init, params)
-    p_bytes = per_device_bytes(params, axis_sizes)
+    p_bytes, m_bytes, stacked = _state_bytes(cfg, tuple(sorted(axis_sizes.items())), optimizer)
     z = _Sizes(cfg, axis_sizes)
     s, a = sizes, z.a
     local = lambda name, x: _local(name, x, axis_sizes)  # noqa: E731
@@ -264,7 +277,7 @@ def estimate(
     terms = {
         "params": p_bytes,
         "reference params": p_bytes if reference else 0,
-        "optimizer moments": per_device_bytes(moments, axis_sizes),
+        "optimizer moments": m_bytes,
         "gradients": 2 * p_bytes,
         "activations": acts,
         "backward workspace": workspace,
@@ -272,6 +285,6 @@ def estimate(
         "KV cache": kv,
         "prefill workspace": prefill,
         "sampling logits": sampling,
-        "stacked layers": per_device_bytes(params["layers"], axis_sizes) if cfg.scan_layers else 0,
+        "stacked layers": stacked,
     }
     return Footprint(terms, capacity, device)
