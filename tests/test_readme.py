@@ -7,8 +7,9 @@ smoke scale, a sampling command draws a few tokens, a benchmark times a tiny ran
 the same code path, and a model folder a page only names is the embedded model's HF folder;
 each compiles as the suite's tests do (`conftest.subprocess_env`). A Python block that
 starts with a file name (`# my_rewards.py: ...`) is that file, written into the folder
-first; the getting-started page's Python block runs as a script. A command the pages give
-twice runs once. `docs/adding_a_method.md`'s commands need its files inside the package:
+first; the getting-started page's Python block runs as a script, fully optimised as the
+notebooks that load the embedded SmolLM2-135M are (running it is the time). A command the
+pages give twice runs once. `docs/adding_a_method.md`'s commands need its files inside the package:
 `tests/test_adding_a_method.py` runs them in a copy of the project with the files placed.
 `make test` is the command that runs this suite; `make demo` is checked with `make -n` (its
 recipe resolves and runs `configs/grpo.py:demo`, trained here at smoke scale)."""
@@ -311,7 +312,7 @@ def test_the_getting_started_python_runs(user_folder):
             + "\nprint(rollout.tokens.shape)",
         ],
         cwd=user_folder,
-        env=subprocess_env(),
+        env=subprocess_env(optimized=True),  # it runs the embedded 135M: running is the time
         capture_output=True,
         text=True,
         timeout=600,
