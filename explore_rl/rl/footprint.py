@@ -225,7 +225,7 @@ def _state_bytes(cfg: ModelConfig, axes: tuple, optimizer) -> tuple[int, int, in
     """Per-device bytes of the params, of the optimizer's moments and of the scanned
     layers' stack (0 unstacked) on a mesh of `axes` ((name, size) pairs), from
     `jax.eval_shape`. Kept per (model, mesh, optimizer): a search for the settings that
-    make a run fit (`train.sizing.fixes`) asks for a hundred estimates of one model, and
+    make a run fit (`train.sizing.fixes`) asks for dozens of estimates of one model, and
     tracing a 36-layer model's init takes a tenth of a second each time."""
     axis_sizes = dict(axes)
     params = jax.eval_shape(lambda: transformer.init_params(cfg, jax.random.key(0)))
