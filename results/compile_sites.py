@@ -8,9 +8,12 @@ the program's first run (asynchronous on a CPU) are.
     python results/compile_sites.py explore_rl.main --config ...           # a command
     python results/compile_sites.py report                                 # the records
 
-Each process writes `$COMPILE_SITES/<pid>.json` (default runs/compile_sites/) when it
-exits; delete the folder before a new run. "small": under 0.1 s a call (an eager array
-operation, a random draw); the site is the innermost frame in this project's code.
+It wraps two of JAX's private functions (`pjit._pjit_call_impl_python`,
+`compiler.compile_or_get_cached`, as in JAX 0.10.2). A module text compiled under two sets
+of options (an `optimized` test's and another's) counts as a repeat, so repeats are an
+upper bound. Each process writes `$COMPILE_SITES/<pid>.json` (default runs/compile_sites/)
+when it exits; delete the folder before a new run. "small": under 0.1 s a call (an eager
+array operation, a random draw); the site is the innermost frame in this project's code.
 """
 
 from __future__ import annotations
