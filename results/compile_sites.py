@@ -100,7 +100,8 @@ def report(folder: str = FOLDER) -> None:
     again = [(n - 1, s * (n - 1) / n) for n, s in texts if n > 1]
     print(f"compile path: {total(calls)}; small: {total(small)}, from explore_rl/: {total(own)}")
     print(
-        f"module texts: {len(texts)} distinct of {sum(n for n, _ in texts)} compiled; "
+        f"module texts: {len(texts)} distinct (per process) of {sum(n for n, _ in texts)} "
+        "compiled; "
         f"repeats {sum(n for n, _ in again)}, {sum(s for _, s in again):.2f} s"
     )
     sites = collections.Counter()
@@ -112,6 +113,8 @@ def report(folder: str = FOLDER) -> None:
 
 
 def main() -> None:
+    if len(sys.argv) < 2:
+        sys.exit("usage: compile_sites.py report | compile_sites.py MODULE [ARGS...]")
     if sys.argv[1:] == ["report"]:
         return report()
     record()
