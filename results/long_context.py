@@ -71,7 +71,7 @@ def long_table(result: dict) -> str:
             f"| {r['prefill_estimate_over_measured']} | {r['update_tokens_per_s']} |"
         )
     lines += ["", "Fitted exponent k of (peak - the length-free part) ~ tokens^k:", ""]
-    lines += [f"- {k}: {v}" for k, v in result["exponents"].items()]
+    lines += [f"- {k}: {'not fitted' if v is None else v}" for k, v in result["exponents"].items()]
     return "\n".join(lines)
 
 

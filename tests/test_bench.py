@@ -72,3 +72,22 @@ def test_bench_depth_compiles_each_depth_unrolled_and_scanned(capsys):
         with pytest.raises(SystemExit):
             bench.main(["depth", *args])
         assert problem in capsys.readouterr().err
+
+
+def test_bench_long_fits_each_modes_exponent_from_the_bytes_measured():
+    """The exponent of the memory above the length-free part, k in y ~ T^k, from each
+    run's unrounded bytes (a tiny model's parts round to 0.0 GiB); none where one length
+    or a part measured at zero leaves nothing to fit."""
+    from explore_rl.bench.long import exponents
+
+    def run(mode, length, update, prefill):
+        return {"mode": mode, "length": length, "update_above_resident_bytes": update,
+                "prefill_above_params_bytes": prefill}  # fmt: skip
+
+    runs = [run("long", t, 3 * t**1.5, 40 * t) for t in (64, 128, 512)]  # exact powers
+    runs += [run("dense", 64, 5 * 64**2, 0), run("scan", 64, 10, 0), run("scan", 128, 20, 9)]
+    assert exponents(runs) == {
+        "dense/update": None, "dense/prefill": None,  # one length
+        "long/update": 1.5, "long/prefill": 1.0,
+        "scan/update": 1.0, "scan/prefill": None,  # a part measured at zero
+    }  # fmt: skip

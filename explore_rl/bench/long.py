@@ -183,15 +183,30 @@ def run_one(args) -> dict:
         "update_estimate_over_xla": round(estimated_update / (resident - params + u_xla), 3),
         "prefill_xla_gib": round(p_xla / 2**30, 3),
         "prefill_estimate_over_xla": round(estimated_prefill / p_xla, 3),
+        # what the exponents fit, unrounded: a tiny model's parts round to 0.0 GiB
+        "update_above_resident_bytes": measured_update - resident,
+        "prefill_above_params_bytes": measured_prefill - params,
         "update_s": round(seconds, 3),
         "update_tokens_per_s": round(tokens / seconds, 1),
         "update_mfu": round(flops / seconds / matmul_peak(args.dtype), 3),
     }
 
 
-def _slope(xs, ys) -> float:
-    """The exponent of y ~ x^k fitted by least squares on log-log axes."""
-    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
+def exponents(runs: list[dict]) -> dict:
+    """Per mode and phase, the exponent k of (peak - the length-free part: the params, and
+    for the update their moments) ~ length^k, fitted by least squares on log-log axes over
+    the mode's lengths; None where there is nothing to fit (one length, or a part measured
+    at zero)."""
+    out = {}
+    for mode in sorted({r["mode"] for r in runs}):
+        rs = [r for r in runs if r["mode"] == mode]
+        xs = [r["length"] for r in rs]
+        for phase, part in (("update", "above_resident"), ("prefill", "above_params")):
+            ys = [r[f"{phase}_{part}_bytes"] for r in rs]
+            fits = len(set(xs)) > 1 and min(ys) > 0
+            k = float(np.polyfit(np.log(xs), np.log(ys), 1)[0]) if fits else None
+            out[f"{mode}/{phase}"] = None if k is None else round(k, 2)
+    return out
 
 
 def run(args) -> dict:
@@ -217,17 +232,10 @@ def run(args) -> dict:
             if done.returncode:
                 raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
             runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    exponents = {}  # of the memory above the length-free part (params; their moments)
-    for mode in sorted({r["mode"] for r in runs}):
-        rs = [r for r in runs if r["mode"] == mode]
-        xs = [r["length"] for r in rs]
-        for phase, fixed in (("update", "resident_gib"), ("prefill", "params_gib")):
-            ys = [r[f"{phase}_measured_gib"] - r[fixed] for r in rs]
-            exponents[f"{mode}/{phase}"] = round(_slope(xs, ys), 2)
     return {
         "bench": "long",
         "preset": f"{args.preset} ({args.layers or 'all'} layers, {args.dtype} activations), "
         f"1 prompt of {args.prompt_len} tokens + {args.rows} rows",
         "runs": runs,
-        "exponents": exponents,
+        "exponents": exponents(runs),
     }
