@@ -228,6 +228,11 @@ def trl_hangs(completions, **kwargs):
     time.sleep(60)
 
 
+def trl_another_task(completions, **kwargs):
+    """TRL's reward for another task's rows: None for each of these."""
+    return [None] * len(completions)
+
+
 @pytest.mark.slow
 def test_verl_and_trl_functions_are_called_as_written_and_summed_with_weights():
     from configs import grpo
@@ -263,10 +268,12 @@ def test_verl_and_trl_functions_are_called_as_written_and_summed_with_weights():
 
 
 @pytest.mark.slow
-def test_reward_functions_of_three_conventions_train_a_verl_parquet(tmp_path, capsys):
+def test_reward_functions_of_three_conventions_train_a_verl_parquet(tmp_path, capsys, recwarn):
     """A verl-style Parquet file (chat prompts, data_source, extra_info, reward_model) and
     one function of each convention, weighted: every logged response's reward is the
-    weighted sum worked by hand, and each function's mean is logged."""
+    weighted sum worked by hand, and each function's mean is logged; a TRL function that
+    rewards none of a batch (another task's) adds nothing, its mean is NaN, and numpy
+    prints no warning of an empty mean."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -284,12 +291,16 @@ def test_reward_functions_of_three_conventions_train_a_verl_parquet(tmp_path, ca
     c = grpo.get_config("smoke")
     c.task.train_path = str(tmp_path / "train.parquet")
     c.task.question_field, c.task.answer_field = "prompt", "reward_model.ground_truth"
-    c.reward.fn = f"{testing.PARITY}, test_rewards:verl_score, test_rewards:trl_length"
-    c.reward.weights = "1, 2, 0.5"
+    c.reward.fn = f"{testing.PARITY}, test_rewards:verl_score, test_rewards:trl_length, "
+    c.reward.fn += "test_rewards:trl_another_task"
+    c.reward.weights = "1, 2, 0.5, 3"
     c.train.steps, c.train.eval_every, c.train.samples_to_log = 2, 0, 8
     loop.train(c, str(tmp_path / "run"))
     said = capsys.readouterr().err
-    assert "reward: 1 x parity_of_length, 2 x verl_score (verl), 0.5 x trl_length (trl)" in said
+    assert (
+        "reward: 1 x parity_of_length, 2 x verl_score (verl), 0.5 x trl_length (trl), "
+        "3 x trl_another_task (trl)" in said
+    )
     metrics = read_metrics(str(tmp_path / "run"))
     assert [r["step"] for r in metrics] == [1, 2]
     logged = [
@@ -306,6 +317,8 @@ def test_reward_functions_of_three_conventions_train_a_verl_parquet(tmp_path, ca
         assert m["reward/mean"] == pytest.approx(parts[0] + 2 * parts[1] + 0.5 * parts[2], 1e-5)
         assert m["reward/accuracy"] == pytest.approx(parts[0])  # correct: the first's > 0
         assert 0 < parts[0] < 1  # both parities: the groups carry signal
+        assert np.isnan(m["reward/trl_another_task/mean"])
+    assert not [str(w.message) for w in recwarn if issubclass(w.category, RuntimeWarning)]
 
 
 @pytest.mark.slow

@@ -110,9 +110,16 @@ def rollout_metrics(ro, extractors) -> dict:
         "rollout/truncated_frac": 1.0 - np.asarray(out.finished).mean(),
         "rollout/verifier_timeouts": ro.timeouts,
         "rollout/reward_errors": ro.reward_errors,
-        **{f"reward/{name}/mean": np.nanmean(x) for name, x in ro.by_function.items()},
+        **{f"reward/{name}/mean": _given_mean(x) for name, x in ro.by_function.items()},
         **engine_lib.merge_metrics(ro.engine),
     }
+
+
+def _given_mean(rewards: np.ndarray) -> float:
+    """The mean of the rewards a function gave (NaN: none given); NaN, and no numpy
+    warning, for a batch it gave none (TRL's None for every row: another task's reward)."""
+    given = rewards[~np.isnan(rewards)]
+    return float(given.mean()) if given.size else float("nan")
 
 
 def behaviour_is_pi_old(spec: RunSpec, plan: RolloutPlan) -> bool:
