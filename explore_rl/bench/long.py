@@ -204,8 +204,8 @@ def exponents(runs: list[dict]) -> dict:
         for phase, part in (("update", "above_resident"), ("prefill", "above_params")):
             ys = [r[f"{phase}_{part}_bytes"] for r in rs]
             fits = len(set(xs)) > 1 and min(ys) > 0
-            k = float(np.polyfit(np.log(xs), np.log(ys), 1)[0]) if fits else None
-            out[f"{mode}/{phase}"] = None if k is None else round(k, 2)
+            k = np.polyfit(np.log(xs), np.log(ys), 1)[0] if fits else None
+            out[f"{mode}/{phase}"] = round(float(k), 2) if fits else None
     return out
 
 
