@@ -203,9 +203,11 @@ def exponents(runs: list[dict]) -> dict:
         xs = [r["length"] for r in rs]
         for phase, part in (("update", "above_resident"), ("prefill", "above_params")):
             ys = [r[f"{phase}_{part}_bytes"] for r in rs]
-            fits = len(set(xs)) > 1 and min(ys) > 0
-            k = np.polyfit(np.log(xs), np.log(ys), 1)[0] if fits else None
-            out[f"{mode}/{phase}"] = round(float(k), 2) if fits else None
+            if len(set(xs)) > 1 and min(ys) > 0:
+                k = np.polyfit(np.log(xs), np.log(ys), 1)[0]
+                out[f"{mode}/{phase}"] = round(float(k), 2)
+            else:
+                out[f"{mode}/{phase}"] = None
     return out
 
 

@@ -116,8 +116,8 @@ def rollout_metrics(ro, extractors) -> dict:
 
 
 def _given_mean(rewards: np.ndarray) -> float:
-    """The mean of the rewards a function gave (NaN: none given); NaN, and no numpy
-    warning, for a batch it gave none (TRL's None for every row: another task's reward)."""
+    """The mean of the rewards a function gave (a NaN row: none given), NaN without numpy's
+    warning where it gave none (TRL's None for every row: another task's reward)."""
     given = rewards[~np.isnan(rewards)]
     return float(given.mean()) if given.size else float("nan")
 
