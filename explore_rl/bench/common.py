@@ -102,7 +102,7 @@ def peak_memory_gib() -> float:
 
 def rss_bytes(field: str = "VmRSS") -> int:
     """This process's resident memory now (VmRSS) or its peak since the last
-    `_reset_peak_rss` (VmHWM), on Linux; 0 where /proc is absent."""
+    `reset_peak_rss` (VmHWM), on Linux; 0 where /proc is absent."""
     try:
         with open("/proc/self/status") as f:
             line = next(x for x in f if x.startswith(field + ":"))

@@ -199,6 +199,7 @@ def update(state, batch: Batch, cfg, spec: RunSpec, optimizer, lengths: np.ndarr
         for i in range(m):
             mb = group_slice(batch, m, i)
             part = None if lengths is None else lengths[i * per : (i + 1) * per]
+            memory.settle(state)  # the last step's freed heap, out of this step's peak
             state, out = train_step(state, mb, cfg, lc, oc, optimizer, part)
             metrics.append(out)
     metrics = jax.device_get(metrics)  # one transfer; float(): the loss may be bfloat16
