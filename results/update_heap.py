@@ -1,10 +1,9 @@
 """The CPU demo's memory bench with each optimizer step's peak RSS recorded, with the
 update's `memory.settle` before each step as the library does it ("on") or replaced by a
 wait alone ("off"): each step is awaited before the next either way, so the two differ only
-in the trim. Prints one line: for each optimizer
-step of the two training steps (four each), its peak and end RSS (GiB, absolute). The bench's
-own measured figure is not printed: resetting the peak at each step leaves it the last
-step's.
+in the trim. Prints one line: for each optimizer step of the two training steps (four
+each), its peak and end RSS (GiB, absolute). The bench's own measured figure is not
+printed: resetting the peak at each step leaves it the last step's.
 
     python results/update_heap.py on|off
 """

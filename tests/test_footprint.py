@@ -169,7 +169,6 @@ def test_settling_returns_the_freed_heap_that_glibc_keeps_resident():
     settled = rss_bytes()
     assert before_free - after_free < 32 * 2**20  # glibc kept the freed blocks
     assert after_free - settled > 200 * 2**20, (before_free, after_free, settled)
-    assert len(blocks) == 4096
 
 
 def test_auto_slots_size_an_evaluation_batch_too():
