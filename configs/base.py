@@ -152,7 +152,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.exploration = ConfigDict()
     c.exploration.methods = ()  # explorers, applied in order (e.g. ("ead",)); () = plain GRPO
     # Each method's section, config.exploration.<name>, defaults to its module's
-    # Explorer.Settings (configs/ead.py sets configs/<method>.py's values).
+    # Explorer.Spec (configs/ead.py sets configs/<method>.py's values).
 
     # AdamW (lr, warmup_steps, weight_decay, b1, b2, eps, max_grad_norm) and the update's
     # micro-batches (micro_batches, micro_batch_tokens): the fields of

@@ -1,16 +1,16 @@
-"""The entry point's half of the config: from a ConfigDict to the run's typed spec
-(`spec`, `spec.RunSpec`), with the checks that catch bad values, and the loaders the modes
-share (the model, the problems, the verifier, the mesh).
+"""The entry point's half of the config: a ConfigDict (a config file's `get_config`, with
+the command line's overrides) to the run's typed spec (`spec`, `spec.RunSpec`), with the
+checks that catch bad values. This is the only module that reads a ConfigDict's fields;
+the modes get the RunSpec.
 
 ml_collections already rejects unknown keys and wrong types (the config is locked);
 `validate` rejects values and combinations no run can use, each with a one-line message.
-Below the entry point nothing reads the ConfigDict: `spec(c)` resolves it once.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-import difflib
 import importlib.util
 import json
 import os
@@ -19,28 +19,31 @@ import warnings
 from ml_collections import ConfigDict
 
 import configs
-from explore_rl import caching, logs, parallel
+from explore_rl import caching
 from explore_rl.data import jsonl, tasks
 from explore_rl.exploration import base as exploration
 from explore_rl.models import weights
 from explore_rl.models.tokenizer import PromptFormat
 from explore_rl.rewards import registry as rewards
-from explore_rl.rewards.math import EXTRACTORS, Verifier
+from explore_rl.rewards.math import EXTRACTORS
 from explore_rl.rl import advantages, losses
 from explore_rl.rl.train_step import OptimConfig
 from explore_rl.sampling.engine import EngineConfig
 from explore_rl.sampling.sampler import SamplingConfig
 from explore_rl.spec import (
     EvalSpec,
+    ExportSpec,
     MeshSpec,
     ModelSpec,
     RewardSpec,
     RolloutSpec,
     RunSpec,
+    SampleSpec,
     SftSpec,
     TaskSpec,
     TrainSpec,
     UpdateSpec,
+    replace,
 )
 
 
@@ -73,37 +76,6 @@ def config_argv(argv: list[str]) -> list[str]:
         elif a == "--config" and i + 1 < len(out):
             out[i + 1] = find(out[i + 1])
     return out
-
-
-def check_overrides(argv: list[str]) -> None:
-    """Every `--config.a.b=value` names a field of the `--config` file's config: a typo is
-    one line naming the nearest field, before the flags are parsed (where it would be a
-    traceback); a boolean field's value is one absl reads as one (else absl's own error,
-    exit status 1)."""
-    spec = next(
-        (a.split("=", 1)[1] if "=" in a else argv[i + 1] for i, a in enumerate(argv)
-         if (a == "--config" and i + 1 < len(argv)) or a.startswith("--config=")),
-        None,
-    )  # fmt: skip
-    if spec is None:
-        return
-    try:
-        fields = logs.flatten(load(spec).to_dict())
-    except Exception:  # a broken file is the flags parser's to report
-        return
-    for i, a in enumerate(argv):
-        if a.startswith("--config.") and a != "--config.":
-            key, has_value, value = a[len("--config.") :].partition("=")
-            if key not in fields and not any(f.startswith(key + ".") for f in fields):
-                near = difflib.get_close_matches(key, fields, n=1, cutoff=0.6)
-                hint = f" (did you mean {near[0]}?)" if near else ""
-                raise ValueError(f"--config.{key}: no such config field{hint}")
-            value = value if has_value else (argv[i + 1] if i + 1 < len(argv) else "")
-            if isinstance(fields.get(key), bool) and value.lower() not in _BOOLEANS:
-                raise ValueError(f"--config.{key}={value}: not a boolean (True or False)")
-
-
-_BOOLEANS = ("true", "t", "1", "false", "f", "0")  # what absl reads as a boolean
 
 
 def load_module(path: str):
@@ -141,11 +113,20 @@ def method_section(c: ConfigDict, name: str) -> ConfigDict:
     return out
 
 
-def spec(c: ConfigDict) -> RunSpec:
-    """The run's settings, checked and resolved once: what the loop, the explorers and
-    evaluation read, each method's settings checked."""
+def spec(c: ConfigDict, sft: bool = False) -> RunSpec:
+    """The run's settings, checked and resolved once: what the modes, the loop, the
+    explorers and evaluation read, each method's settings checked. `sft`: as supervised
+    fine-tuning runs it: `sft.batch_size` prompts of one response each, one optimizer pass
+    a batch (the update's micro-batches checked against it, not against the RL batch),
+    the loss the responses' NLL; the memory estimate and the update both read it."""
+    if sft:
+        c = copy.deepcopy(c)
+        c.rollout.prompts, c.rl.minibatches, c.rl.ppo_epochs = c.sft.batch_size, 1, 1
     validate(c)
     out = resolve(c)
+    if sft:  # after `validate`: GRPO's groups need two responses, SFT's have one
+        nll = losses.LossConfig(policy="nll", aggregation="token_mean", max_response_len=0)
+        out = replace(out, **{"rollout.group_size": 1, "loss": nll})
     exploration.check(out)
     if out.task.name == "jsonl":  # the data read, by content: a resume of other data is refused
         train, test = jsonl.files(out.task)
@@ -160,25 +141,28 @@ def resolve(c: ConfigDict) -> RunSpec:
     rw = c.reward
     return RunSpec(
         seed=c.seed,
-        model=model_settings(c),
+        model=_section(ModelSpec, c.model),
         task=_section(TaskSpec, c.task, name=task_name(c), own=task_settings(c)),
         reward=RewardSpec(
             rewards.build(rw), extractors(c), rw.format_weight, rw.workers, rw.timeout, rw.memory_mb
         ),  # fmt: skip
         prompt=prompt_format(c),
-        rollout=_section(RolloutSpec, c.rollout),
-        engine=engine_config(c),
-        sampling=sampling_config(c, stop_ids=()),
-        eval_sampling=sampling_config(c, stop_ids=(), section="eval"),
+        rollout=_section(
+            RolloutSpec, c.rollout, sampling=sampling_config(c, "rollout"), engine=engine_config(c)
+        ),
         update=_section(UpdateSpec, c.rl),
         loss=loss_config(c),
         optim=_section(OptimConfig, c.optim),
-        mesh=mesh_settings(c),
+        mesh=_section(MeshSpec, c.mesh),
         train=_section(TrainSpec, c.train),
-        eval=_section(EvalSpec, c.eval),
+        eval=_section(
+            EvalSpec, c.eval, sampling=sampling_config(c, "eval"), engine=engine_config(c)
+        ),
+        sample=_section(SampleSpec, c.sample, sampling=sampling_config(c, "sample")),
+        export=_section(ExportSpec, c.export),
         sft=_section(SftSpec, c.sft),
         methods=tuple(
-            (n, exploration.get(n).Settings(**method_section(c, n).to_dict()))
+            (n, exploration.get(n).Spec(**method_section(c, n).to_dict()))
             for n in c.exploration.methods
         ),
         record=json.loads(resolved(c).to_json()),
@@ -196,15 +180,6 @@ def task_settings(c: ConfigDict):
     return cls(**(c.task[name].to_dict() if name in c.task else {}))
 
 
-def model_settings(c: ConfigDict) -> ModelSpec:
-    """`model.*`, for the modes that need no whole run spec (sample, export)."""
-    return _section(ModelSpec, c.model)
-
-
-def mesh_settings(c: ConfigDict) -> MeshSpec:
-    return _section(MeshSpec, c.mesh)
-
-
 def _section(cls, section: ConfigDict, **derived):
     """The typed `cls` of a config section: its fields by name, `derived` ones given."""
     names = [f.name for f in dataclasses.fields(cls) if f.name not in derived]
@@ -218,7 +193,8 @@ def _check(ok: bool, message: str):
 
 def validate(c: ConfigDict) -> None:
     """Every value and combination no run can use, one line naming it (`spec` runs it)."""
-    for check in (_check_batch, _check_task, _check_schedule, _check_eval_and_reward):
+    for check in (_check_batch, _check_task, _check_schedule, _check_eval_and_reward,
+                  _check_sample):  # fmt: skip
         check(c)
     _check_paths(c)
     _warn_unread_weights(c)
@@ -313,14 +289,12 @@ def _check_eval_and_reward(c: ConfigDict) -> None:
     )
 
 
-def validate_sample(c: ConfigDict) -> None:
-    """--mode sample's settings, before the model is read."""
+def _check_sample(c: ConfigDict) -> None:
+    """--mode sample's settings (its sampling section's own checks: `sampling_config`)."""
     s = c.sample
     for key in ("num_prompts", "samples_per_prompt"):
         _check(s[key] >= 1, f"sample.{key}={s[key]}: need at least 1")
     _check(s.temperature >= 0, f"sample.temperature={s.temperature}: must be >= 0")
-    sampling_config(c, stop_ids=(), section="sample")
-    _warn_unread_weights(c)
 
 
 def _warn_unread_weights(c: ConfigDict) -> None:
@@ -348,11 +322,25 @@ def _check_paths(c: ConfigDict) -> None:
         ("eval.checkpoint", c.eval.checkpoint),
     ]
     for key, path in named:
-        _check(not path or os.path.exists(path), f"{key}={path}: no such file or folder")
+        _check(
+            not path or os.path.exists(path) or _best_alias(path),
+            f"{key}={path}: no such file or folder",
+        )
     _check(
         not c.model.base or os.path.isfile(os.path.join(c.model.path, RECIPE_FILE)),
         f"model.base={c.model.base}: not built (model.path={c.model.path} is not its folder): "
         "c = train.base_model.resolve(c) first (the command line does)",
+    )
+
+
+def _best_alias(path: str) -> bool:
+    """Whether `path` is a run's `checkpoints/best`, which names its best step
+    (`checkpoint.locate` reads it)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    return (
+        os.path.basename(path) == "best"
+        and os.path.basename(parent) == "checkpoints"
+        and (os.path.isdir(parent))
     )
 
 
@@ -389,12 +377,13 @@ def loss_config(c: ConfigDict) -> losses.LossConfig:
     )  # fmt: skip
 
 
-def sampling_config(c: ConfigDict, stop_ids, section: str = "rollout") -> SamplingConfig:
+def sampling_config(c: ConfigDict, section: str) -> SamplingConfig:
     """The static sampling settings of a config section with max_new_tokens, top_p and
-    (optionally) top_k: `rollout` (training), `eval` or `sample` (--mode sample)."""
+    (optionally) top_k: `rollout` (training), `eval` or `sample` (--mode sample); the stop
+    ids are the model's (`RunSpec.with_stop_ids`)."""
     s = c[section]
     try:
-        return SamplingConfig(s.max_new_tokens, s.top_p, s.get("top_k", 0), tuple(stop_ids))
+        return SamplingConfig(s.max_new_tokens, s.top_p, s.get("top_k", 0))
     except ValueError as e:  # the section's key, not the dataclass's field
         raise ValueError(f"config: {section}.{e}") from None
 
@@ -415,49 +404,12 @@ def prompt_format(c: ConfigDict) -> PromptFormat:
 
 
 def engine_config(c: ConfigDict) -> EngineConfig:
-    """How every generation (training, evaluation, --mode sample) is scheduled. Slots
-    "auto" are every row at once here; a training run sizes them at start (`train.sizing`)."""
-    slots = c.rollout.slots
-    _check(
-        slots == "auto" or (isinstance(slots, int) and not isinstance(slots, bool)),
-        f"rollout.slots={slots!r}: a number of slots (0: every row at once) or 'auto'",
-    )
+    """How every generation (training, evaluation, --mode sample) is scheduled; slots
+    "auto" are sized when a run starts (`train.sizing.size`)."""
     try:
-        return EngineConfig(0 if slots == "auto" else slots, c.rollout.decode_chunk)
+        return EngineConfig(c.rollout.slots, c.rollout.decode_chunk)
     except ValueError as e:
         raise ValueError(f"config: rollout.slots / rollout.decode_chunk: {e}") from None
-
-
-def mesh(m: MeshSpec):
-    """The run's device mesh (`mesh.data` x `mesh.fsdp` x `mesh.tensor`)."""
-    return parallel.make_mesh(m.data, m.fsdp, m.tensor)
-
-
-# model.* settings that say how to run the model, not what it is (ModelConfig fields)
-RUN_SETTINGS = (
-    "param_dtype", "dtype", "attention", "attention_block", "remat", "scan_layers", "logits_chunk",
-)  # fmt: skip
-
-
-def model_spec(m: ModelSpec):
-    """(ModelConfig, Tokenizer) of the run's model, no weights read."""
-    return weights.model_spec(m.path, m.random_init, **run_settings(m))
-
-
-def run_settings(m: ModelSpec) -> dict:
-    """The ModelConfig fields `model.*` sets (`RUN_SETTINGS`)."""
-    return {k: getattr(m, k) for k in RUN_SETTINGS}
-
-
-def load_params(m: ModelSpec, seed: int, cfg, place=None) -> dict:
-    """The weights for the ModelConfig `model_spec` gave: the checkpoint's, or a preset's
-    random ones (drawn from `seed`)."""
-    return weights.load_params(m.path, m.random_init, cfg, seed, place)
-
-
-def load_policy(m: ModelSpec, seed: int, place=None):
-    """(params, ModelConfig, Tokenizer) of `model.*` (`weights.load`)."""
-    return weights.load(m.path, m.random_init, seed, place, **run_settings(m))
 
 
 def wandb_settings(c: ConfigDict) -> dict | None:
@@ -473,11 +425,6 @@ def wandb_settings(c: ConfigDict) -> dict | None:
     )  # fmt: skip
 
 
-def verifier(r: RewardSpec) -> Verifier:
-    """The reward workers of `reward` (a context manager: `with verifier(s.reward) as v`)."""
-    return Verifier(r.workers, r.timeout, memory_mb=r.memory_mb)
-
-
 def task_name(c: ConfigDict) -> str:
     """The task that supplies the problems. Named files (a preset, `task.train_path`,
     `task.test_paths`) make the default task, arithmetic, which reads no file, 'jsonl'
@@ -485,11 +432,3 @@ def task_name(c: ConfigDict) -> str:
     reads them keeps its name."""
     files = c.task.preset or c.task.train_path or c.task.test_paths
     return "jsonl" if files and c.task.name == "arithmetic" else c.task.name
-
-
-def load_problems(
-    spec: RunSpec, shard: tasks.Shard = tasks.WHOLE
-) -> tuple[list[tasks.Problem], dict[str, list[tasks.Problem]]]:
-    """The training problems of `shard` (all, by default) and the held-out benchmarks
-    {name: problems} of the task."""
-    return tasks.load(spec.task.name, spec.task, spec.seed, shard)

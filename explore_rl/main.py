@@ -19,16 +19,18 @@ training loop's logs, checkpoints, evaluation and resume: `explore_rl/train/sft.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import sys
 
 from absl import app, flags, logging
-from ml_collections import config_flags
+from ml_collections import ConfigDict, config_flags
 
 import configs
 from explore_rl import caching, checkpoint, parallel
 from explore_rl import config as config_lib
+from explore_rl.logs import flatten
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file (configs/*.py[:arg]).", lock_config=True
@@ -96,45 +98,99 @@ def _raised_here(e: BaseException) -> bool:
 
 
 def _run(mode: str, config, workdir: str | None):
-    """One module per mode, imported when chosen (export and eval need no trainer)."""
+    """The config as the mode's run spec (`config.spec`: the one translation), then the
+    mode's module, imported when chosen (export and eval need no trainer)."""
     if mode in ("train", "sft") and not workdir:
         raise app.UsageError(f"--mode {mode} needs --workdir (checkpoints, metrics, resume)")
     if mode != "sft":  # every other mode reads the model a `model.base` recipe makes
         from explore_rl.train import base_model
 
         config = base_model.resolve(config)
+    spec = config_lib.spec(config, sft=mode == "sft")
     if mode == "sample":
         from explore_rl.modes.sample import run_sample
 
-        run_sample(config, workdir)
+        run_sample(spec, workdir)
     elif mode == "export":
         from explore_rl.modes.export import run_export
 
-        run_export(config, workdir)
+        run_export(spec, workdir)
     elif mode == "eval":
         from explore_rl.modes.eval import run_eval
 
-        print(json.dumps(run_eval(config, workdir), indent=2))
+        print(json.dumps(run_eval(spec, workdir), indent=2))
     elif mode == "sft":
         from explore_rl.train.sft import train_sft
 
-        train_sft(config, workdir)
+        train_sft(spec, workdir)
     else:
         from explore_rl.train.loop import train
 
-        train(config, workdir)
+        train(spec, workdir)
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's flags, parsed once: the config file runs once, its overrides applied. A bad
+    flag or config file is one line and exit status 2 (absl's own words, or for an
+    override of the config a field it does not have, the nearest one)."""
+    try:
+        rest = flags.FLAGS(argv)
+        if not isinstance(flags.FLAGS["config"].value, ConfigDict):
+            config_lib.load(_named_config(argv))  # config_flags keeps a load's error for later
+        return rest
+    except Exception as e:  # noqa: BLE001 - absl's errors, and ml_collections' KeyError
+        print(f"error: {_flag_error(argv, e)}", file=sys.stderr)
+        sys.exit(2)
+
+
+_BOOLEANS = ("true", "t", "1", "false", "f", "0")  # what absl reads as a boolean
+
+
+def _flag_error(argv: list[str], e: Exception) -> str:
+    """What is wrong with the command line `argv`, in one line."""
+    config = _config_file(argv)
+    if isinstance(config, ConfigDict):  # check the overrides against the file's fields
+        fields = flatten(config.to_dict())
+        for i, a in enumerate(argv):
+            if not a.startswith("--config.") or a == "--config.":
+                continue
+            key, has_value, value = a[len("--config.") :].partition("=")
+            if key not in fields and not any(f.startswith(key + ".") for f in fields):
+                near = difflib.get_close_matches(key, fields, n=1, cutoff=0.6)
+                hint = f" (did you mean {near[0]}?)" if near else ""
+                return f"--config.{key}: no such config field{hint}"
+            value = value if has_value else (argv[i + 1] if i + 1 < len(argv) else "")
+            if isinstance(fields.get(key), bool) and value.lower() not in _BOOLEANS:
+                return f"--config.{key}={value}: not a boolean (True or False)"
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def _named_config(argv: list[str]) -> str:
+    """The value of `--config` in `argv`."""
+    return next(
+        a.split("=", 1)[1] if "=" in a else argv[i + 1]
+        for i, a in enumerate(argv)
+        if (a == "--config" and i + 1 < len(argv)) or a.startswith("--config=")
+    )
+
+
+def _config_file(argv: list[str]) -> ConfigDict | None:
+    """The `--config` file's config, as absl loaded it, or else (absl stopped at a bad
+    override before it kept the file's config) loaded again here, on this error's path
+    only; None where the file itself is what fails."""
+    loaded = flags.FLAGS["config"].value
+    if isinstance(loaded, ConfigDict):
+        return loaded
+    try:
+        return config_lib.load(_named_config(argv))
+    except Exception:  # noqa: BLE001 - no --config, or a broken file: said by the error itself
+        return None
 
 
 def cli() -> None:
     """`python -m explore_rl.main ...`, and the `explore-rl` command (setup.py)."""
     flags.mark_flag_as_required("config")
-    argv = config_lib.config_argv(sys.argv)
-    try:
-        config_lib.check_overrides(argv)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    app.run(main, argv=argv)
+    app.run(main, argv=config_lib.config_argv(sys.argv), flags_parser=parse_flags)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,19 @@
 """A run's settings, resolved once from its config by the entry point (`config.spec`):
-frozen, typed, and what the loop, the explorers and evaluation read. Nothing below the
-entry point reads a ConfigDict.
+frozen, typed, and what the modes, the loop, the explorers and evaluation read. Nothing
+below the entry point reads a ConfigDict, and every value has one holder here.
 
     spec = config.spec(get_config("demo"))         # validated; one line per bad value
-    spec.rollout.group_size, spec.loss.eps_high, spec.optim.lr
-    spec.rollout_settings(tok)                      # how training rollouts are drawn
+    spec.rollout.group_size, spec.rollout.sampling.top_p, spec.loss.eps_high, spec.optim.lr
+    params, cfg, tok = spec.model.load(spec.seed)   # what the model section names
 
-Each section's fields are those of the config section of the same name (`configs/base.py`,
-every field commented there, is where the defaults live; a test holds the two together).
-Settings the code derives once live here too: the loss (`LossConfig`, with the score
-temperature resolved), the optimizer (`OptimConfig`), the engine, the prompt format, the
-reward function, and each exploration method's own `Settings`.
+Naming: `*Spec` for a section of run settings (here, and each method's and task's own
+`Spec`), `*Config` for a library object a section holds (`SamplingConfig`, `EngineConfig`,
+`LossConfig`, `OptimConfig`, `ModelConfig`). Each section's fields are those of the config
+section of the same name (`configs/base.py`, every field commented there, is where the
+defaults live; a test holds the two together), the library objects grouping some of them.
+Two things are decided when a run starts, and the spec it keeps holds them as numbers:
+the model's stop ids (`with_stop_ids`) and, for `rollout.slots = "auto"`, the decode
+slots of training and of evaluation (`train.sizing.size`).
 """
 
 from __future__ import annotations
@@ -18,15 +21,23 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from explore_rl import parallel
+from explore_rl.data import tasks
+from explore_rl.models import weights
 from explore_rl.models.tokenizer import PromptFormat
+from explore_rl.rewards.math import Verifier
 from explore_rl.rewards.registry import Reward
 from explore_rl.rl.losses import LossConfig
-from explore_rl.rl.rollout import RolloutSettings
 from explore_rl.rl.train_step import OptimConfig
 from explore_rl.sampling.engine import EngineConfig
 from explore_rl.sampling.sampler import SamplingConfig
 
 frozen = dataclasses.dataclass(frozen=True)
+
+# model.* settings that say how to run the model, not what it is (ModelConfig fields)
+RUN_SETTINGS = (
+    "param_dtype", "dtype", "attention", "attention_block", "remat", "scan_layers", "logits_chunk",
+)  # fmt: skip
 
 
 @frozen
@@ -43,6 +54,23 @@ class ModelSpec:
     remat: str
     scan_layers: bool
     logits_chunk: int
+
+    def run_settings(self) -> dict:
+        """The ModelConfig fields `model.*` sets (`RUN_SETTINGS`)."""
+        return {k: getattr(self, k) for k in RUN_SETTINGS}
+
+    def config(self):
+        """(ModelConfig, Tokenizer) of the model, no weights read."""
+        return weights.model_spec(self.path, self.random_init, **self.run_settings())
+
+    def load_params(self, seed: int, cfg, place=None) -> dict:
+        """The weights for the ModelConfig `config()` gave: the checkpoint's, or a preset's
+        random ones (drawn from `seed`)."""
+        return weights.load_params(self.path, self.random_init, cfg, seed, place)
+
+    def load(self, seed: int, place=None):
+        """(params, ModelConfig, Tokenizer) of the model (`weights.load`)."""
+        return weights.load(self.path, self.random_init, seed, place, **self.run_settings())
 
 
 @frozen
@@ -83,22 +111,23 @@ class RewardSpec:
     timeout: float
     memory_mb: int
 
+    def verifier(self) -> Verifier:
+        """The reward workers (a context manager: `with spec.reward.verifier() as v`)."""
+        return Verifier(self.workers, self.timeout, memory_mb=self.memory_mb)
+
 
 @frozen
 class RolloutSpec:
-    """`rollout.*`: the step's batch and how it is sampled."""
+    """`rollout.*`: the step's batch, and how it is sampled and scheduled."""
 
     prompts: int
     group_size: int
-    max_new_tokens: int
     max_prompt_len: int
     temperature: float
-    top_p: float
-    top_k: int
     dynamic_sampling: bool
     max_generation_batches: int
-    slots: int | str  # a count, or "auto" until `train.sizing` sizes it
-    decode_chunk: int
+    sampling: SamplingConfig  # max_new_tokens, top_p, top_k; the model's stop ids
+    engine: EngineConfig  # slots ("auto" until the run sizes them), decode_chunk
 
 
 @frozen
@@ -138,10 +167,31 @@ class EvalSpec:
     num_prompts: int
     samples: int
     temperature: float
-    top_p: float
-    max_new_tokens: int
     batch_prompts: int
     diversity: bool
+    sampling: SamplingConfig  # max_new_tokens, top_p (no top-k); the model's stop ids
+    engine: EngineConfig  # the rollout's until a run sizes it for an evaluation batch
+
+
+@frozen
+class SampleSpec:
+    """`sample.*`: `--mode sample`'s prompts and sampling (its decode slots: the rollout's)."""
+
+    prompt_file: str
+    prompt_field: str
+    num_prompts: int
+    samples_per_prompt: int
+    temperature: float
+    sampling: SamplingConfig  # max_new_tokens, top_p, top_k; the model's stop ids
+
+
+@frozen
+class ExportSpec:
+    """`export.*`: `--mode export`'s folder (the checkpoint: `eval.checkpoint`)."""
+
+    step: int
+    dtype: str
+    max_shard_gb: float
 
 
 @frozen
@@ -157,6 +207,10 @@ class MeshSpec:
     fsdp: int
     tensor: int
 
+    def make(self):
+        """The run's device mesh (`mesh.data` x `mesh.fsdp` x `mesh.tensor`)."""
+        return parallel.make_mesh(self.data, self.fsdp, self.tensor)
+
 
 @frozen
 class RunSpec:
@@ -166,50 +220,59 @@ class RunSpec:
     reward: RewardSpec
     prompt: PromptFormat
     rollout: RolloutSpec
-    engine: EngineConfig
-    sampling: SamplingConfig  # the rollout's truncation and length (stop tokens: the model's)
-    eval_sampling: SamplingConfig  # the held-out evaluation's
     update: UpdateSpec
     loss: LossConfig
     optim: OptimConfig
     mesh: MeshSpec
     train: TrainSpec
     eval: EvalSpec
+    sample: SampleSpec
+    export: ExportSpec
     sft: SftSpec
-    methods: tuple[tuple[str, Any], ...]  # (registered name, its Settings), in order
+    methods: tuple[tuple[str, Any], ...]  # (registered name, its Spec), in order
     record: dict = dataclasses.field(compare=False)  # the resolved config: config.json's
     wandb: dict | None = dataclasses.field(compare=False)  # wandb.init's arguments; None: off
 
-    def rollout_settings(self, tok) -> RolloutSettings:
-        """How training rollouts are drawn and rewarded."""
-        return RolloutSettings(
-            prompt=self.prompt,
-            max_prompt_len=self.rollout.max_prompt_len,
-            sampling=dataclasses.replace(self.sampling, stop_ids=tuple(tok.stop_ids)),
-            engine=self.engine,
-            extractors=self.reward.extractors,
-            reward=self.reward.fn,
-            format_weight=self.reward.format_weight,
-        )
+    def problems(
+        self, shard: tasks.Shard = tasks.WHOLE
+    ) -> tuple[list[tasks.Problem], dict[str, list[tasks.Problem]]]:
+        """The training problems of `shard` (all, by default) and the held-out benchmarks
+        {name: problems} of the task."""
+        return tasks.load(self.task.name, self.task, self.seed, shard)
 
-    def eval_settings(self, tok) -> RolloutSettings:
-        """How held-out questions are answered: the eval section's length, top-p, no
-        top-k; correctness only."""
-        return dataclasses.replace(
-            self.rollout_settings(tok),
-            sampling=dataclasses.replace(self.eval_sampling, stop_ids=tuple(tok.stop_ids)),
-            format_weight=0.0,
-            reward=Reward(self.reward.fn.functions[:1]),  # what counts as correct, alone
-        )
+    def generation(self, evaluation: bool = False) -> dict:
+        """`rl.rollout.generate`'s settings: the training rollouts', or the held-out
+        evaluation's (its own length, top-p and slots, no top-k; correctness only: the
+        first reward function, no format bonus)."""
+        if evaluation:
+            e = self.eval
+            reward, weight = Reward(self.reward.fn.functions[:1]), 0.0
+            return dict(sampling=e.sampling, engine=e.engine, prompt=self.prompt,
+                        max_prompt_len=self.rollout.max_prompt_len, reward=reward,
+                        format_weight=weight)  # fmt: skip
+        r = self.rollout
+        return dict(sampling=r.sampling, engine=r.engine, prompt=self.prompt,
+                    max_prompt_len=r.max_prompt_len, reward=self.reward.fn,
+                    format_weight=self.reward.format_weight)  # fmt: skip
+
+    def with_stop_ids(self, stop_ids) -> RunSpec:
+        """This spec for a model whose generations end at `stop_ids` (its tokenizer's)."""
+        ids = tuple(stop_ids)
+        return replace(self, **{
+            f"{s}.sampling.stop_ids": ids for s in ("rollout", "eval", "sample")
+        })  # fmt: skip
 
 
-def replace(spec: RunSpec, **changes) -> RunSpec:
-    """`spec` with `section.field` values changed (`replace(s, **{"rollout.slots": 4})`)."""
-    sections: dict[str, dict] = {}
+def replace(obj, **changes):
+    """`obj` with dotted fields changed (`replace(spec, **{"rollout.engine.slots": 4})`)."""
+    nested: dict[str, dict] = {}
+    direct = {}
     for key, value in changes.items():
-        section, name = key.split(".")
-        sections.setdefault(section, {})[name] = value
-    return dataclasses.replace(
-        spec,
-        **{s: dataclasses.replace(getattr(spec, s), **v) for s, v in sections.items()},
-    )
+        head, _, rest = key.partition(".")
+        if rest:
+            nested.setdefault(head, {})[rest] = value
+        else:
+            direct[head] = value
+    for head, inner in nested.items():
+        direct[head] = replace(getattr(obj, head), **inner)
+    return dataclasses.replace(obj, **direct)

@@ -4,11 +4,11 @@ a few steps, evaluation off, and a reward that gives a random model mixed groups
 step really updates (a real verifier gives a random model no correct answer, hence no
 advantage and no update).
 
-    from explore_rl import testing
+    from explore_rl import config, testing
     from explore_rl.train import loop
 
     c = testing.smoke("configs/eden.py:smoke", steps=3)
-    progress = loop.train(c, "runs/eden-test")        # metrics.jsonl, checkpoints, ...
+    progress = loop.train(config.spec(c), "runs/eden-test")  # metrics.jsonl, checkpoints
 
 docs/adding_a_method.md uses it to test a new method end to end.
 """
@@ -47,7 +47,7 @@ def smoke(
 
 
 def start(c, workdir: str, verifier):
-    """`build.start` of config `c` (or of a run spec already resolved, e.g. `sft.resolve`'s)
+    """`build.start` of config `c` (or of a run spec already resolved, e.g. SFT's)
     as `loop.train` begins it, its explorers and mesh resolved too: for tests that drive a
     run's steps by hand."""
     from explore_rl.exploration import base as exploration
@@ -55,5 +55,5 @@ def start(c, workdir: str, verifier):
     from explore_rl.train import build
 
     spec = c if isinstance(c, RunSpec) else config_lib.spec(c)
-    mesh = config_lib.mesh(spec.mesh)
+    mesh = spec.mesh.make()
     return build.start(spec, exploration.build(spec), workdir, verifier, mesh)

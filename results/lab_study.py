@@ -441,9 +441,9 @@ def _ead_schedule(run) -> dict[str, float]:
     its config): at the first and last steps and the mean over steps."""
     from explore_rl.exploration.ead import EAD
 
-    fields = [f.name for f in dataclasses.fields(EAD.Settings)]
+    fields = [f.name for f in dataclasses.fields(EAD.Spec)]
     given = {f: run.config[f"exploration.ead.{f}"] for f in fields}
-    ead, steps = EAD(EAD.Settings(**given), None), int(run.config["train.steps"])
+    ead, steps = EAD(EAD.Spec(**given), None), int(run.config["train.steps"])
     first = np.asarray(ead.table(1, np.arange(steps)), np.float64)  # [steps]: token 1's
     return {"tau_first_start": float(first[0]), "tau_first_end": float(first[-1]),
             "tau_first_mean": float(first.mean())}  # fmt: skip

@@ -90,7 +90,7 @@ def _planted(rng, directions, m, scale=3.0):
 def test_the_bank_recovers_planted_directions_and_keeps_each_index_on_its_own():
     rng = np.random.default_rng(0)
     directions = np.linalg.qr(rng.standard_normal((32, 3)))[0].T  # 3 orthonormal in R^32
-    e = ase.ASE.Settings(k=3, d_pca=16, kmeans_init=4)
+    e = ase.ASE.Spec(k=3, d_pca=16, kmeans_init=4)
     cands, labels = ase.estimate(*_planted(rng, directions, 150), e, rng)
     u, slot_of = ase.smooth(np.zeros_like(cands), cands, 0.5, first=True, match=True)
     cos = ase.unit(u) @ directions.T  # [slot, planted]
@@ -107,7 +107,7 @@ def test_the_bank_recovers_planted_directions_and_keeps_each_index_on_its_own():
 
 
 def test_an_empty_cluster_gives_a_finite_direction():
-    e = ase.ASE.Settings(k=3, d_pca=4, kmeans_init=1)
+    e = ase.ASE.Spec(k=3, d_pca=4, kmeans_init=1)
     neg = np.tile(np.random.default_rng(0).standard_normal((1, 6)), (8, 1)).astype(np.float32)
     pos = neg + np.float32(1.0)  # 8 copies of one pair: K-means finds 1 cluster of 3
     cands, labels = ase.estimate(pos, neg, e, np.random.default_rng(0))
@@ -134,7 +134,7 @@ def test_the_direction_ablations():
     rng = np.random.default_rng(1)
     directions = np.eye(3, 16)
     pos, neg = _planted(rng, directions, 60)
-    e = ase.ASE.Settings(k=3, d_pca=8, kmeans_init=2)
+    e = ase.ASE.Spec(k=3, d_pca=8, kmeans_init=2)
     plain, labels = ase.estimate(pos, neg, e, np.random.default_rng(5))
     e = dataclasses.replace(e, directions="reversed")
     reversed_, _ = ase.estimate(pos, neg, e, np.random.default_rng(5))
@@ -335,7 +335,7 @@ def test_smoke_and_every_ablation_train(ablation, tmp_path, monkeypatch):
 
     monkeypatch.setattr(ase, "estimate", seen_estimate)
     monkeypatch.setattr(ase, "smooth", seen_smooth)
-    progress = loop.train(c, str(tmp_path))
+    progress = loop.train(config_lib.spec(c), str(tmp_path))
     rows = read_metrics(str(tmp_path))
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
     if ablation == "unstructured":  # every row steered from the first step, no bank
@@ -363,9 +363,9 @@ def test_smoke_and_every_ablation_train(ablation, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_the_bank_and_buffer_survive_an_exact_resume(tmp_path):
-    straight = loop.train(_smoke(steps=4), str(tmp_path / "a"))
-    loop.train(_smoke(steps=2), str(tmp_path / "b"))
-    resumed = loop.train(_smoke(steps=4), str(tmp_path / "b"))
+    straight = loop.train(config_lib.spec(_smoke(steps=4)), str(tmp_path / "a"))
+    loop.train(config_lib.spec(_smoke(steps=2)), str(tmp_path / "b"))
+    resumed = loop.train(config_lib.spec(_smoke(steps=4)), str(tmp_path / "b"))
     assert int(straight.explorers["ase"]["updates"]) >= 2
     # exact: a resume runs the same programs on the same shapes and restored state
     for x, y in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):

@@ -38,7 +38,7 @@ def test_a_recipe_is_trained_once_and_every_run_starts_from_its_last_weights(cou
     again = base_model.resolve(lab.get_config("smoke"))
     assert len(counted_sft) == 1 and first.model.path == again.model.path
     assert rl.model.path == lab.lab.FOLDER  # the caller's config is not changed
-    start, _, _ = config_lib.load_policy(config_lib.model_settings(first), 0)
+    start, _, _ = config_lib.resolve(first).model.load(0)
     trained = counted_sft[0].state.params
     for x, y in zip(jax.tree.leaves(trained), jax.tree.leaves(start)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))  # float32 written as is
@@ -54,8 +54,8 @@ def test_another_task_is_another_recipe_and_its_run_trains_on_it(counted_sft, tm
         base_model.recipe(lab.get_config("smoke"))
     )
     with pytest.raises(ValueError, match="^config: model.base=configs/lab.py:sft,smoke: not built"):
-        loop.train(rl, str(tmp_path / "rl"))
-    progress = loop.train(base_model.resolve(rl), str(tmp_path / "rl"))
+        loop.train(config_lib.spec(rl), str(tmp_path / "rl"))
+    progress = loop.train(config_lib.spec(base_model.resolve(rl)), str(tmp_path / "rl"))
     assert (
         len(counted_sft) == 1 and int(progress.data_position) == rl.train.steps * rl.rollout.prompts
     )

@@ -11,6 +11,7 @@ import pytest
 from test_reliability import _snapshot, _without_timing
 
 from explore_rl import checkpoint as checkpoint_lib
+from explore_rl import config as config_lib
 from explore_rl import testing
 from explore_rl.logs import read_metrics
 from explore_rl.train import loop
@@ -45,8 +46,8 @@ def test_a_damaged_newest_step_is_set_aside_and_the_run_resumes_before_it(damage
     whose digest was never written (a kill right after the write): found when Orbax cannot
     read it. Each time the resume sets the step aside with one line, resumes from the
     step before, and ends equal to a run never damaged."""
-    loop.train(_config(3), str(tmp_path / "a"))
-    loop.train(_config(2), str(tmp_path / "b"))
+    loop.train(config_lib.spec(_config(3)), str(tmp_path / "a"))
+    loop.train(config_lib.spec(_config(2)), str(tmp_path / "b"))
     folder = str(tmp_path / "b" / "checkpoints")
     step2 = os.path.join(folder, "2")
     if damage == "bytes":
@@ -61,7 +62,7 @@ def test_a_damaged_newest_step_is_set_aside_and_the_run_resumes_before_it(damage
         os.remove(os.path.join(folder, "2.sha256"))
     kept = _snapshot(os.path.join(folder, "1"))
     capsys.readouterr()
-    loop.train(_config(3), str(tmp_path / "b"))
+    loop.train(config_lib.spec(_config(3)), str(tmp_path / "b"))
     err = capsys.readouterr().err
     said = [line for line in err.splitlines() if "is damaged" in line]
     assert len(said) == 1, err[-2000:]
@@ -79,7 +80,7 @@ def test_a_damaged_newest_step_is_set_aside_and_the_run_resumes_before_it(damage
 
 
 def test_eval_skips_a_damaged_newest_step_and_refuses_one_named(tmp_path, capsys):
-    loop.train(_config(2), str(tmp_path))
+    loop.train(config_lib.spec(_config(2)), str(tmp_path))
     folder = str(tmp_path / "checkpoints")
     os.remove(os.path.join(folder, "2", "state", "_METADATA"))
     assert checkpoint_lib.locate(str(tmp_path)) == (folder, 1)
@@ -91,18 +92,18 @@ def test_eval_skips_a_damaged_newest_step_and_refuses_one_named(tmp_path, capsys
 
 
 def test_keeping_fewer_checkpoints_than_the_run_has_is_refused_unless_asked(tmp_path):
-    loop.train(_config(2), str(tmp_path))
+    loop.train(config_lib.spec(_config(2)), str(tmp_path))
     before = _snapshot(tmp_path)
     with pytest.raises(
         ValueError,
         match=r"^train.keep_checkpoints=1 would delete 1 of the 2 checkpoints in .* at the "
         r"next save: keep 2, or --config.train.prune_checkpoints=True$",
     ):
-        loop.train(_config(3, keep=1), str(tmp_path))
+        loop.train(config_lib.spec(_config(3, keep=1)), str(tmp_path))
     assert _snapshot(tmp_path) == before
     c = _config(3, keep=1)
     c.train.prune_checkpoints = True
-    progress = loop.train(c, str(tmp_path))
+    progress = loop.train(config_lib.spec(c), str(tmp_path))
     folder = str(tmp_path / "checkpoints")
     assert checkpoint_lib.steps(folder) == checkpoint_lib.digested(folder) == [3]
     saved = checkpoint_lib.restore_subset(folder, 3, {"state": {"params": progress.state.params}})
@@ -134,7 +135,7 @@ def test_the_best_step_is_kept_beside_the_newest_and_read_back_on_resume(tmp_pat
 def test_a_run_checkpoints_its_best_evaluation_and_eval_reads_it(tmp_path):
     c = _config(3, keep=1)
     c.train.eval_every, c.train.best_metric = 1, "eval/arithmetic/pass@1"
-    loop.train(c, str(tmp_path))
+    loop.train(config_lib.spec(c), str(tmp_path))
     values = [row[c.train.best_metric] for row in read_metrics(str(tmp_path))]
     best = 1 + int(np.argmax(values))  # the first of equal highs
     folder = str(tmp_path / "checkpoints")
@@ -143,7 +144,7 @@ def test_a_run_checkpoints_its_best_evaluation_and_eval_reads_it(tmp_path):
     assert checkpoint_lib.locate(str(tmp_path / "checkpoints" / "best")) == (folder, best)
     c.train.eval_every = 0
     with pytest.raises(ValueError, match=r"train.best_metric=.*with train.eval_every > 0"):
-        loop.train(c, str(tmp_path / "other"))
+        loop.train(config_lib.spec(c), str(tmp_path / "other"))
 
 
 def test_only_a_failed_writes_late_completions_are_kept_from_the_terminal(monkeypatch):

@@ -145,12 +145,15 @@ def test_score_temperature_follows_the_rollout_or_a_number():
 def test_the_run_spec_holds_every_field_of_the_run_once():
     """`config.spec` gives every field of the sections the run reads one typed home with
     the config's value (the rest are derived: the task's resolved name, the reward's
-    function, the score temperature as a number, Dr.GRPO's normaliser), and every
+    function, the score temperature as a number, Dr.GRPO's normaliser, the model's stop
+    ids, the evaluation's decode slots: the rollout's until a run sizes them), and every
     method's settings; a section field with no home, or a home with no field, fails."""
     import dataclasses
 
     from explore_rl import config as config_lib
     from explore_rl.logs import flatten
+    from explore_rl.sampling.engine import EngineConfig
+    from explore_rl.sampling.sampler import SamplingConfig
 
     c = config_lib.load("configs/eden.py:demo")
     c.exploration.methods = ("eden", "ead")
@@ -159,13 +162,27 @@ def test_the_run_spec_holds_every_field_of_the_run_once():
     homes = {
         "model": [s.model], "task": [s.task], "rollout": [s.rollout], "train": [s.train],
         "eval": [s.eval], "mesh": [s.mesh], "optim": [s.optim], "rl": [s.update, s.loss],
-        "reward": [s.reward], "sft": [s.sft],
+        "reward": [s.reward], "sample": [s.sample], "export": [s.export], "sft": [s.sft],
     }  # fmt: skip
     derived = {"task.name", "task.own", "rl.score_temperature", "rl.max_response_len", "reward.fn",
-               "reward.weights"}  # fmt: skip
+               "reward.weights", "rollout.stop_ids", "eval.stop_ids", "sample.stop_ids",
+               "eval.slots", "eval.decode_chunk", "eval.top_k"}  # fmt: skip
+    library = (SamplingConfig, EngineConfig)  # a section's objects: their fields, by config name
+    renamed = {"chunk": "decode_chunk"}
+
+    def fields(section, typed):
+        out = {}
+        for t in typed:
+            for f in dataclasses.fields(t):
+                value = getattr(t, f.name)
+                if isinstance(value, library):
+                    out.update(fields(section, [value]))
+                else:
+                    out[f"{section}.{renamed.get(f.name, f.name)}"] = value
+        return out
+
     for section, typed in homes.items():
-        held = {f"{section}.{f.name}": getattr(t, f.name) for t in typed
-                for f in dataclasses.fields(t)}  # fmt: skip
+        held = fields(section, typed)
         given = {k: v for k, v in flatten(c.to_dict()).items() if k.startswith(section + ".")}
         given = {k: v for k, v in given.items() if k not in derived}
         assert held.keys() - derived <= given.keys(), section  # no home without a field
@@ -174,6 +191,7 @@ def test_the_run_spec_holds_every_field_of_the_run_once():
                 assert held[key] == tuple(value.split(",")), key
             elif key not in ("reward.name",):  # the name (or fn, weights) build `reward.fn`
                 assert held[key] == value, key
+    assert s.eval.engine == s.rollout.engine  # until a run sizes an evaluation batch's
     assert s.loss.score_temperature == 1.0 and s.loss.max_response_len == 32
     (math,) = s.reward.fn.functions
     assert s.task.name == "arithmetic" and math.fn("\\boxed{3}", _Problem("3")) == 1.0

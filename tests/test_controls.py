@@ -52,7 +52,7 @@ def test_smoke_configs_train(name, tmp_path):
     c = controls.get_config(f"{name},smoke")
     c.train.steps, c.train.eval_every = 2, 0
     c.lock()
-    loop.train(c, str(tmp_path))
+    loop.train(config_lib.spec(c), str(tmp_path))
     rows = read_metrics(str(tmp_path))
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["train/skipped_updates"] == 0 for r in rows)
@@ -62,7 +62,7 @@ def test_smoke_configs_train(name, tmp_path):
 def test_a_control_trains_and_records_its_config(tmp_path):
     c = controls.get_config("gspo,smoke")
     c.train.eval_every = 0
-    loop.train(c, str(tmp_path))
+    loop.train(config_lib.spec(c), str(tmp_path))
     assert [r["step"] for r in read_metrics(str(tmp_path))] == [1, 2, 3]
     assert '"policy": "gspo"' in (tmp_path / "config.json").read_text()
 

@@ -78,7 +78,7 @@ def test_the_rules_by_hand():
 
 
 def test_every_problem_is_solvable_and_every_canonical_solution_checks_out():
-    settings = cd.Settings(inputs=4, max_input=12)
+    settings = cd.Spec(inputs=4, max_input=12)
     problems = cd.make_countdown(150, seed=3, split="train", settings=settings)
     assert len(problems) == 150 and len({p.question for p in problems}) == 150
     chains = 0
@@ -99,12 +99,12 @@ def test_every_problem_is_solvable_and_every_canonical_solution_checks_out():
 def test_unsolvable_draws_are_redrawn_not_kept():
     # with inputs in [1, 2] and targets in [50, 60], three numbers reach at most 8
     with pytest.raises(ValueError, match="distinct solvable train problems of 5 asked"):
-        cd.make_countdown(5, 0, "train", cd.Settings(inputs=3, max_input=2, min_target=50,
+        cd.make_countdown(5, 0, "train", cd.Spec(inputs=3, max_input=2, min_target=50,
                                                      max_target=60))  # fmt: skip
 
 
 def test_the_splits_are_disjoint_stable_and_follow_the_seed():
-    s = cd.Settings(inputs=3, max_input=15)
+    s = cd.Spec(inputs=3, max_input=15)
     train = cd.make_countdown(300, 0, "train", s)
     test = cd.make_countdown(100, 0, "test", s)
     assert {p.question for p in train}.isdisjoint(p.question for p in test)
@@ -133,13 +133,13 @@ def test_the_task_and_its_reward_through_the_config():
     c.task.countdown = tasks.defaults("countdown")
     c.task.countdown.inputs = 4
     spec = config_lib.spec(c)
-    assert spec.task.own == cd.Settings(inputs=4)
-    train, tests = config_lib.load_problems(spec)
+    assert spec.task.own == cd.Spec(inputs=4)
+    train, tests = spec.problems()
     # the problems follow task.countdown.problems_seed, not the run's seed: one split a study
     c.seed = 5
-    assert config_lib.load_problems(config_lib.spec(c)) == (train, tests)
+    assert config_lib.spec(c).problems() == (train, tests)
     c.task.countdown.problems_seed = 1
-    assert config_lib.load_problems(config_lib.spec(c))[1] != tests
+    assert config_lib.spec(c).problems()[1] != tests
     assert len(train) == 40 and list(tests) == ["countdown"] and len(tests["countdown"]) == 10
     assert all(len(cd.parse_question(p.question)[0]) == 4 for p in train)
     solved = next(p for p in train if p.solution)

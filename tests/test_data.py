@@ -110,11 +110,11 @@ def test_tasks_are_registered_by_name():
     from explore_rl import config as config_lib
 
     c = grpo.get_config("smoke")
-    train, tests = config_lib.load_problems(config_lib.spec(c))
+    train, tests = config_lib.spec(c).problems()
     assert len(train) == c.task.train_size and list(tests) == ["arithmetic"]
     c.task.name = "test_two_sums"
     config_lib.spec(c)
-    train, tests = config_lib.load_problems(config_lib.spec(c))
+    train, tests = config_lib.spec(c).problems()
     assert train == [tasks.Problem("What is 1 + 1?", "2")] and list(tests) == ["two"]
     c.task.name = "chess"
     with pytest.raises(ValueError, match=r"task.name='chess': known \[.*'arithmetic'.*\]"):
@@ -206,11 +206,11 @@ def test_test_sets_are_named_by_their_files(tmp_path):
     c = config_lib.load("configs/base.py")
     c.task.name, c.task.train_path = "jsonl", str(tmp_path / "amc23.jsonl")
     c.task.test_paths = f"{tmp_path}/aime24.jsonl,{tmp_path}/amc23.jsonl"
-    _, test = config_lib.load_problems(config_lib.spec(c))
+    _, test = config_lib.spec(c).problems()
     assert sorted(test) == ["aime24", "amc23"]  # one folder, two names
     c.task.test_paths = f"{tmp_path}/aime24.jsonl,{tmp_path}/aime24.jsonl"
     with pytest.raises(ValueError, match="two test sets are named 'aime24'"):
-        config_lib.load_problems(config_lib.spec(c))
+        config_lib.spec(c).problems()
 
 
 def test_a_preset_alone_reads_the_projects_benchmark_files():
@@ -218,14 +218,14 @@ def test_a_preset_alone_reads_the_projects_benchmark_files():
 
     c = config_lib.load("configs/grpo.py:smoke")
     c.task.preset = "gsm8k"  # the task becomes 'jsonl'; files from the project's data/
-    train, test = config_lib.load_problems(config_lib.spec(c))
+    train, test = config_lib.spec(c).problems()
     assert len(train) == 7473 and list(test) == ["gsm8k"] and len(test["gsm8k"]) == 1319
     assert test["gsm8k"][0].answer == "18"  # the preset's fields: the answer after '####'
     c.task.preset = "math500"  # a test set only
-    train, test = config_lib.load_problems(config_lib.spec(c))
+    train, test = config_lib.spec(c).problems()
     assert train == [] and len(test["math500"]) == 500
     c.task.test_paths = "data/aime24/test.jsonl"  # given paths win over the preset's
-    assert list(config_lib.load_problems(config_lib.spec(c))[1]) == ["aime24"]
+    assert list(config_lib.spec(c).problems()[1]) == ["aime24"]
 
 
 def test_a_preset_evaluates_from_any_directory_and_cannot_train_without_data(tmp_path):
@@ -300,7 +300,7 @@ def test_named_files_are_read_without_naming_the_jsonl_task(tmp_path):
         str(tmp_path / "exam.jsonl"),
     )
     config_lib.spec(c)
-    train, test = config_lib.load_problems(config_lib.spec(c))
+    train, test = config_lib.spec(c).problems()
     assert [p.question for p in train] == [r["question"] for r in rows]
     assert list(test) == ["exam"] and test["exam"][0].answer == "1"
     c.task.train_path = str(tmp_path / "missing.jsonl")  # now checked as a file, by its key
@@ -346,11 +346,11 @@ def test_a_verl_parquet_with_chat_prompts_is_read_as_messages(tmp_path):
     c = config_lib.load("configs/grpo.py:smoke")
     c.task.train_path = str(tmp_path / "train.parquet")
     c.task.question_field, c.task.answer_field = "prompt", "reward_model.ground_truth"
-    train, _ = config_lib.load_problems(config_lib.spec(c))
+    train, _ = config_lib.spec(c).problems()
     p = train[0]
     assert p.question == chat[1]["content"] and p.answer == "7"
     assert p.messages == tuple((m["role"], m["content"]) for m in chat)
-    _, tok = config_lib.model_spec(config_lib.model_settings(c))
+    _, tok = config_lib.resolve(c).model.config()
     tokens, mask = rollout.encode(tok, [p], config_lib.prompt_format(c), 512)
     text = tok.decode([t for t, m in zip(tokens[0].tolist(), mask[0].tolist()) if m], False)
     assert text == tok.apply_chat_template(chat)  # as written: no instruction, no 2nd system

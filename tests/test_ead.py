@@ -30,7 +30,7 @@ def _explorer(**overrides):
 
 
 def _plan(ex, c, rows, length, step, tau=1.0):
-    ctx = base.StepContext(None, None, None, ex.run, step)
+    ctx = base.StepContext(None, None, None, ex.spec, step)
     return ex.plan({}, base_plan(rows, length, tau, []), ctx, None)
 
 
@@ -141,7 +141,7 @@ def test_mu_is_the_annealed_truncated_logprob(tiny):  # noqa: F811
 
 def test_eval_plan_anneals_only_when_asked():
     ex, c = _explorer()
-    ctx = base.StepContext(None, None, None, ex.run, 0)
+    ctx = base.StepContext(None, None, None, ex.spec, 0)
     p = base_plan(2, 32, 1.0, [])
     assert ex.eval_plan({}, p, ctx) is p
     ex, c = _explorer(at_eval=True)
@@ -156,7 +156,7 @@ def test_smoke_config_trains_with_the_code_convention_and_at_eval(tmp_path):
     c = ead_config.get_config("smoke")
     c.rollout.max_new_tokens = 16
     c.exploration.ead.convention, c.exploration.ead.at_eval = "code", True
-    loop.train(c, str(tmp_path))
+    loop.train(config_lib.spec(c), str(tmp_path))
     rows = read_metrics(str(tmp_path))
     assert [r["step"] for r in rows] == [1, 2, 3]
     for r in rows:

@@ -69,7 +69,7 @@ def test_noise_norm_and_masked_clean_rows(run):
     # clean rows sample exactly what they would with no intervention at all
     params, cfg = progress.state.params, r.cfg
     prompts, pmask = (jnp.asarray(x) for x in _encode(r, plan.problems))
-    sc = r.spec.sampling
+    sc = r.spec.rollout.sampling
     with_slot = sample(
         params, cfg, prompts, pmask, jax.random.key(3), plan.temperature, sc, plan.interventions
     )
@@ -88,7 +88,7 @@ def test_noise_norm_and_masked_clean_rows(run):
 def _encode(r, problems):
     from explore_rl.rl.rollout import encode
 
-    return encode(r.tok, problems, r.settings.prompt, r.settings.max_prompt_len)
+    return encode(r.tok, problems, r.spec.prompt, r.spec.rollout.max_prompt_len)
 
 
 def test_update_scores_every_row_under_the_clean_prompt(run):
@@ -163,7 +163,7 @@ def test_screen_keeps_viable_candidates_in_drawn_order(monkeypatch, caplog):
         return [scores[r] for r in routes]
 
     monkeypatch.setattr(eden, "_probe", probe)
-    e = eden.EDEN.Settings(bank_size=2, tolerance=0.1)
+    e = eden.EDEN.Spec(bank_size=2, tolerance=0.1)
     ctx = base.StepContext(None, None, _Tok(), None, 0, train_set=[None] * 8)
     ids, report = eden.screen(ctx, [12, 11, 14, 13, 15], e)
     assert ids == [11, 13] and report["clean_accuracy"] == 0.5
@@ -204,7 +204,7 @@ def test_word_pool_and_bank_determinism(run, tmp_path):
 
 def test_user_supplied_bank_tokens(run):
     r, progress = run
-    e = eden.EDEN.Settings(bank_tokens="apple, river", bank_size=2, noisy=1)
+    e = eden.EDEN.Spec(bank_tokens="apple, river", bank_size=2, noisy=1)
     eden.EDEN.check(e, r.spec)
     ex = eden.EDEN(e, r.spec)
     state = ex.init(r.context(progress.state.params, 0))
@@ -223,10 +223,12 @@ def test_user_supplied_bank_tokens(run):
 def test_bank_survives_resume(tmp_path):
     c = eden_config.get_config("smoke")
     c.train.steps, c.train.eval_every = 2, 0
-    first = loop.train(c, str(tmp_path))
+    first = loop.train(config_lib.spec(c), str(tmp_path))
     bank_file = (tmp_path / "eden_bank.json").read_text()
     c.train.steps = 3
-    resumed = loop.train(c, str(tmp_path))  # restores the bank, does not screen again
+    resumed = loop.train(
+        config_lib.spec(c), str(tmp_path)
+    )  # restores the bank, does not screen again
     # exact: the restored bank is the saved one, not computed again
     np.testing.assert_array_equal(
         np.asarray(first.explorers["eden"]["vectors"]),
@@ -242,7 +244,7 @@ def test_ablation_smoke_configs_train(ablation, tmp_path):
     c = eden_config.get_config(f"{ablation},smoke")
     c.train.steps, c.train.eval_every = 1, 0
     c.lock()
-    loop.train(c, str(tmp_path))
+    loop.train(config_lib.spec(c), str(tmp_path))
     (row,) = read_metrics(str(tmp_path))
     assert row["train/skipped_updates"] == 0 and "eden/kept_frac" in row
 
@@ -251,7 +253,7 @@ def test_smoke_config_composed_with_ead(tmp_path):
     c = eden_config.get_config("smoke")
     c.exploration.methods = ("eden", "ead")
     c.rollout.max_new_tokens, c.rl.tis_cap = 16, 2.0
-    loop.train(c, str(tmp_path))
+    loop.train(config_lib.spec(c), str(tmp_path))
     rows = read_metrics(str(tmp_path))
     assert [r["step"] for r in rows] == [1, 2, 3] and "eval/arithmetic/pass@1" in rows[-1]
     assert all("eden/kept_frac" in r and "tis/mean" in r for r in rows)

@@ -8,6 +8,7 @@ from conftest import assert_float32_close, left_padded_batch
 from test_sampler import logit_scale
 
 from configs import grpo
+from explore_rl import config as config_lib
 from explore_rl.logs import read_metrics
 from explore_rl.models import presets, transformer
 from explore_rl.models.transformer import Interventions
@@ -200,7 +201,7 @@ def test_training_and_evaluation_run_on_the_engine(tmp_path):
         c = grpo.get_config("smoke")
         c.train.steps, c.train.eval_every = 2, 2
         c.rollout.slots, c.rollout.decode_chunk = slots, 3
-        loop.train(c, str(tmp_path / str(slots)))
+        loop.train(config_lib.spec(c), str(tmp_path / str(slots)))
         return read_metrics(str(tmp_path / str(slots)))
 
     one, slotted = metrics(0), metrics(3)

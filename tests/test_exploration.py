@@ -33,7 +33,7 @@ class Toy(base.Explorer):
     saw each problem (host-side state keyed by the problems' stable ids)."""
 
     @dataclasses.dataclass(frozen=True)
-    class Settings:
+    class Spec:
         tau: float = 0.5  # the cooled rows' temperature factor
         weight: float = 0.5  # their loss weight
 
@@ -93,8 +93,8 @@ def _config(methods, steps=2):
 
 @pytest.mark.slow
 def test_noop_explorer_changes_nothing(tmp_path):
-    plain = loop.train(_config(()), str(tmp_path / "plain"))
-    noop = loop.train(_config(("test_noop",)), str(tmp_path / "noop"))
+    plain = loop.train(config_lib.spec(_config(())), str(tmp_path / "plain"))
+    noop = loop.train(config_lib.spec(_config(("test_noop",))), str(tmp_path / "noop"))
     drop = ("time/", "perf/")
     # exact: a no-op explorer leaves the same programs on the same shapes
     for a, b in zip(read_metrics(str(tmp_path / "plain")), read_metrics(str(tmp_path / "noop"))):
@@ -109,7 +109,7 @@ def test_noop_explorer_changes_nothing(tmp_path):
 def test_toy_explorer_plans_shapes_and_resumes(tmp_path):
     c = _config(("test_toy",), steps=3)
     c.rollout.max_new_tokens = 8
-    straight = loop.train(c, str(tmp_path / "a"))
+    straight = loop.train(config_lib.spec(c), str(tmp_path / "a"))
     assert int(straight.explorers["test_toy"]["steps"]) == 3
     assert int(straight.explorers["test_toy"]["rows"]) == 3 * 2 * 2  # half of 2 x 4 rows
     rows = read_metrics(str(tmp_path / "a"))
@@ -119,8 +119,8 @@ def test_toy_explorer_plans_shapes_and_resumes(tmp_path):
     assert all(r["time/pi_old_s"] > 0 for r in rows)  # mu is not pi_old: recomputed
     short = _config(("test_toy",), steps=2)
     short.rollout.max_new_tokens = 8
-    loop.train(short, str(tmp_path / "b"))
-    resumed = loop.train(c, str(tmp_path / "b"))
+    loop.train(config_lib.spec(short), str(tmp_path / "b"))
+    resumed = loop.train(config_lib.spec(c), str(tmp_path / "b"))
     # exact: a resume runs the same programs on the same shapes and restored state
     for x, y in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
@@ -181,8 +181,8 @@ def test_plan_rows_of_one_group():
 @pytest.mark.slow
 def test_a_reward_hook_acts_before_the_advantage_estimator(tmp_path):
     # the smoke model never answers correctly: without the bonus no group carries signal
-    plain = loop.train(_config((), steps=1), str(tmp_path / "plain"))
-    bonus = loop.train(_config(("test_bonus",), steps=1), str(tmp_path / "bonus"))
+    plain = loop.train(config_lib.spec(_config((), steps=1)), str(tmp_path / "plain"))
+    bonus = loop.train(config_lib.spec(_config(("test_bonus",), steps=1)), str(tmp_path / "bonus"))
     (p,) = read_metrics(str(tmp_path / "plain"))
     (b,) = read_metrics(str(tmp_path / "bonus"))
     assert p["reward/mean"] == b["reward/mean"] == 0.0  # logged rewards are the verifier's
@@ -201,7 +201,7 @@ def test_a_method_defined_outside_the_package_is_named_module_colon_class():
     c.exploration.test_toy = Toy.defaults()
     c.exploration.test_toy.tau = 0.25
     (toy,) = base.build(config_lib.spec(c))
-    assert isinstance(toy, Toy) and toy.settings == Toy.Settings(tau=0.25)
+    assert isinstance(toy, Toy) and toy.settings == Toy.Spec(tau=0.25)
     assert config_lib.resolved(c).exploration.test_toy.tau == 0.25
     for name, words in [
         ("no_such_module_xyz:Toy", "cannot import no_such_module_xyz"),

@@ -33,7 +33,7 @@ def _trained_run(preset, folder):
     c.model.random_init = preset
     c.reward.fn = testing.PARITY  # mixed groups: the params really move
     c.train.steps, c.train.eval_every, c.train.checkpoint_every = 2, 0, 1
-    progress = loop.train(c, folder)
+    progress = loop.train(config_lib.spec(c), folder)
     c.eval.checkpoint = folder
     return c, progress.state.params
 
@@ -68,7 +68,7 @@ def _transformers_matches(folder, params, cfg, tok):
 @pytest.mark.parametrize("preset", sorted(ARCHITECTURES))
 def test_a_trained_run_exports_for_transformers_and_reloads_exactly(preset, tmp_path):
     c, trained = _trained_run(preset, str(tmp_path / "run"))
-    out = export.run_export(c, str(tmp_path / "hf"))
+    out = export.run_export(config_lib.spec(c), str(tmp_path / "hf"))
     with open(os.path.join(out, "config.json")) as f:
         hf = json.load(f)
     assert hf["architectures"] == [ARCHITECTURES[preset]] and hf["torch_dtype"] == "float32"
@@ -86,7 +86,7 @@ def test_export_shards_casts_and_refuses_a_used_folder(tmp_path):
 
     c, trained = _trained_run("tiny-qwen2", str(tmp_path / "run"))
     c.export.dtype, c.export.max_shard_gb, c.export.step = "bfloat16", 2e-4, 1  # ~200 KB
-    out = export.run_export(c, str(tmp_path / "hf"))
+    out = export.run_export(config_lib.spec(c), str(tmp_path / "hf"))
     with open(os.path.join(out, "model.safetensors.index.json")) as f:
         shards = set(json.load(f)["weight_map"].values())
     assert len(shards) > 1 and all(os.path.isfile(os.path.join(out, s)) for s in shards)
@@ -97,10 +97,10 @@ def test_export_shards_casts_and_refuses_a_used_folder(tmp_path):
     assert not _same(step1, trained)  # export.step chose step 1, not the newest
     assert _same(params, jax.tree.map(lambda x: np.asarray(x).astype(ml_dtypes.bfloat16), step1))
     with pytest.raises(ValueError, match="not empty"):
-        export.run_export(c, out)
+        export.run_export(config_lib.spec(c), out)
     for inside in ("run/checkpoints/hf", "run/hf"):  # resume and eval would break on it
         with pytest.raises(ValueError, match=f"inside the run directory {tmp_path / 'run'};"):
-            export.run_export(c, str(tmp_path / inside))
+            export.run_export(config_lib.spec(c), str(tmp_path / inside))
         assert not (tmp_path / inside).exists()
 
 

@@ -156,7 +156,9 @@ def test_regeneration_pushes_the_lowest_entropy_prefix_of_a_hard_group():
         out=SimpleNamespace(tokens=tokens, mask=np.ones((2, 12), bool), entropy=entropy),
         prompt_mask=np.ones((1, 10), bool),  # a 10-token prompt
     )
-    ctx = SimpleNamespace(tok=Tok(), step=5, settings=SimpleNamespace(max_prompt_len=64))
+    ctx = SimpleNamespace(
+        tok=Tok(), step=5, spec=SimpleNamespace(rollout=SimpleNamespace(max_prompt_len=64))
+    )
     fresh, prefixes, metrics = ex.regenerate({}, ro, np.zeros(2, bool), ctx)
     assert metrics["hard"] == 1 and metrics["pushed"] == 1
     # the whole problem, with the chosen prefix (its chat and row too: rewards read them),
@@ -171,7 +173,9 @@ def test_regeneration_pushes_the_lowest_entropy_prefix_of_a_hard_group():
     assert [p["mte"] for p in remembered] == pytest.approx([0.2, 0.2, 0.125])
     solved = SimpleNamespace(**{**vars(ro), "correct": np.array([[True, True]])})
     assert ex.regenerate({}, solved, np.zeros(2, bool), ctx)[0] == []
-    tight = SimpleNamespace(**{**vars(ctx), "settings": SimpleNamespace(max_prompt_len=12)})
+    tight = SimpleNamespace(
+        **{**vars(ctx), "spec": SimpleNamespace(rollout=SimpleNamespace(max_prompt_len=12))}
+    )
     fresh, _, _ = ex.regenerate({}, ro, np.zeros(2, bool), tight)  # 10 + 5 > 12: cut 1 only
     assert fresh[0]["prefix"] == [6, 9]
 
@@ -315,7 +319,7 @@ def _smoke(arg="smoke", steps=3):  # mixed groups: correct responses for the nov
 @pytest.mark.parametrize("variant", [None, "novelty", "regen"])
 def test_every_variant_trains(variant, tmp_path):
     c = _smoke("smoke" if variant is None else f"{variant},smoke")
-    progress = loop.train(c, str(tmp_path))
+    progress = loop.train(config_lib.spec(c), str(tmp_path))
     rows = read_metrics(str(tmp_path))
     assert [r["step"] for r in rows] == [1, 2, 3]
     memory = progress.explorers["extra"]["host"].data["correct"]
@@ -331,7 +335,7 @@ def test_every_variant_trains(variant, tmp_path):
 def test_the_other_novelty_features_train(features, tmp_path):
     c = _smoke("novelty,smoke", steps=2)
     c.exploration.extra.features = features
-    progress = loop.train(c, str(tmp_path))
+    progress = loop.train(config_lib.spec(c), str(tmp_path))
     stored = next(iter(progress.explorers["extra"]["host"].data["correct"].values()))
     dim = extra.NGRAM_DIM if features == "ngram" else c_model_dim(c)
     assert extra.unpack(stored[0]).shape == (dim,)
@@ -351,9 +355,9 @@ def test_memories_and_queue_survive_an_exact_resume(monkeypatch, tmp_path):
     tok = weights.load_tokenizer("embedded")
     entries = [_guided(tok, f"What is {i} + 1?", str(i + 1), "First,") for i in range(3)]
     _seed_queue(monkeypatch, entries)  # a guided group a step: the queue runs down over the run
-    straight = loop.train(_smoke(steps=4), str(tmp_path / "a"))
-    loop.train(_smoke(steps=2), str(tmp_path / "b"))
-    resumed = loop.train(_smoke(steps=4), str(tmp_path / "b"))
+    straight = loop.train(config_lib.spec(_smoke(steps=4)), str(tmp_path / "a"))
+    loop.train(config_lib.spec(_smoke(steps=2)), str(tmp_path / "b"))
+    resumed = loop.train(config_lib.spec(_smoke(steps=4)), str(tmp_path / "b"))
     data = straight.explorers["extra"]["host"].data
     assert data["correct"] and len(data["queue"]) == 0  # 3 guided prompts, 1 a step
     assert resumed.explorers["extra"]["host"].data == data
@@ -427,7 +431,7 @@ def test_evaluation_reports_the_diversity_measures(tmp_path):
 
     c = grpo.get_config("smoke")
     c.reward.fn, c.eval.diversity, c.eval.samples = testing.PARITY, True, 4
-    results = eval_mode.run_eval(c, str(tmp_path))
+    results = eval_mode.run_eval(config_lib.spec(c), str(tmp_path))
     assert 0 < results["eval/arithmetic/distinct4"] <= 1
     assert 0 <= results["eval/arithmetic/self_bleu"] <= 1
     assert results["eval/average/logdet"] > 0

@@ -27,7 +27,7 @@ ONE = {"data": 1, "fsdp": 1, "tensor": 1}  # one device
 
 def _estimate(c, longest_prompt=40):
     s = config_lib.spec(c)
-    cfg, _ = config_lib.model_spec(s.model)
+    cfg, _ = s.model.config()
     optimizer = make_optimizer(s.optim)
     shape = sizing.step_sizes(s, longest_prompt, ONE)
     return cfg, shape, footprint.estimate(cfg, ONE, optimizer, shape, bool(s.loss.kl_coef))
@@ -59,7 +59,7 @@ def test_methods_that_prefill_more_or_longer_prompts_are_counted():
     c = grpo.get_config("smoke")  # 2 prompts x 4 rows x 8 tokens, prompts in the 48 bucket
     s = config_lib.spec(c)
     kv = lambda shape: footprint.estimate(  # noqa: E731
-        config_lib.model_spec(s.model)[0], ONE, make_optimizer(s.optim), shape, False,
+        s.model.config()[0], ONE, make_optimizer(s.optim), shape, False,
     ).terms["KV cache"]  # fmt: skip
     base = sizing.step_sizes(s, 40, ONE)
     shaped = lambda c: exploration.step_sizes(  # noqa: E731
@@ -85,9 +85,9 @@ def test_a_run_that_cannot_fit_is_refused_before_any_weight_is_read(tmp_path, mo
     def never(*args, **kwargs):
         raise AssertionError("weights were loaded")
 
-    monkeypatch.setattr(config_lib, "load_params", never)
+    monkeypatch.setattr("explore_rl.models.weights.load_params", never)
     with pytest.raises(ValueError) as refused:
-        loop.train(c, str(tmp_path))
+        loop.train(config_lib.spec(c), str(tmp_path))
     message = str(refused.value)
     assert "\n" not in message
     assert "per device, host memory has 16.0 GiB; the biggest part is optimizer moments" in message
@@ -95,7 +95,7 @@ def test_a_run_that_cannot_fit_is_refused_before_any_weight_is_read(tmp_path, mo
     assert "it would fit with" in message and "x the devices on mesh.fsdp (~" in message
     c.train.check_memory = False  # told to go on: it goes as far as the weights
     with pytest.raises(AssertionError, match="weights were loaded"):
-        loop.train(c, str(tmp_path))
+        loop.train(config_lib.spec(c), str(tmp_path))
 
 
 @pytest.mark.parametrize("name", fit.PAPER_CONFIGS)
@@ -106,12 +106,12 @@ def test_every_paper_config_fits_one_node_of_eight_80_gb_devices(name):
     and logit kept, every row decoded at once) it is hundreds of GiB a device."""
     c, est = fit.paper_fit(f"configs/{name}.py:paper")
     assert est.fits, est.summary()
-    assert c.rollout.slots % 8 == 0  # 0: every row at once
+    assert c.rollout.engine.slots % 8 == 0  # 0: every row at once
     whole = config_lib.load(f"configs/{name}.py:paper")
     whole.model.update(long.LONG_MODES["dense"])
     whole.optim.micro_batch_tokens, whole.optim.micro_batches = 0, 8
     w = config_lib.resolve(whole)
-    settings = config_lib.run_settings(w.model)
+    settings = w.model.run_settings()
     cfg = presets.get_preset(os.path.basename(c.model.path).lower(), **settings)
     before = sizing.estimate(
         w, cfg, {"data": 1, "fsdp": 8, "tensor": 1}, make_optimizer(w.optim),
@@ -128,11 +128,11 @@ def test_auto_slots_take_the_most_that_fit():
     c.rl.minibatches, c.model.logits_chunk = 32, 4  # a small update: the rollout sets the peak
     c.rollout.slots = "auto"
     s = config_lib.spec(c)
-    cfg, _ = config_lib.model_spec(s.model)
+    cfg, _ = s.model.config()
     args = (s, cfg, ONE, make_optimizer(s.optim), 40, [])
     sized, est = sizing.size(*args)
-    assert sized.rollout.slots == 0 and est.fits  # every row at once fits on this host
-    peak = lambda n: sizing.estimate(replace(s, **{"rollout.slots": n}), *args[1:]).peak  # noqa: E731
+    assert sized.rollout.engine.slots == 0 and est.fits  # every row at once fits on this host
+    peak = lambda n: sizing.estimate(replace(s, **{"rollout.engine.slots": n}), *args[1:]).peak  # noqa: E731
     small = (int((peak(300) + peak(301)) / 2 / sizing.SLOTS_HEADROOM), "a small device")
     expected = max(n for n in range(1, 512) if peak(n) <= sizing.SLOTS_HEADROOM * small[0])
     assert 256 < expected < 512 and sizing.fit_slots(*args, capacity=small) == expected
@@ -180,13 +180,17 @@ def test_auto_slots_size_an_evaluation_batch_too():
     c.eval.batch_prompts, c.eval.samples, c.eval.max_new_tokens = 32, 16, 256
     s = config_lib.spec(c)
     v = sizing.eval_variant(s)
-    assert (v.rollout.prompts, v.rollout.group_size, v.rollout.max_new_tokens) == (32, 16, 256)
-    cfg, _ = config_lib.model_spec(s.model)
+    assert (v.rollout.prompts, v.rollout.group_size, v.rollout.sampling.max_new_tokens) == (
+        32,
+        16,
+        256,
+    )
+    cfg, _ = s.model.config()
     args = (v, cfg, ONE, make_optimizer(s.optim), 40, [])
     assert sizing.fit_slots(*args) == 0  # every row at once fits on this host
 
     def need(n):
-        e = sizing.estimate(replace(v, **{"rollout.slots": n}), *args[1:])
+        e = sizing.estimate(replace(v, **{"rollout.engine.slots": n}), *args[1:])
         return e.resident + e.rollout
 
     small = (int(need(100) / sizing.SLOTS_HEADROOM) + 1, "a small device")
@@ -202,18 +206,26 @@ def test_auto_slots_size_a_sample_run():
     c = grpo.get_config("smoke")
     c.rollout.slots = "auto"
     c.sample.samples_per_prompt, c.sample.max_new_tokens = 16, 256
-    cfg, _ = config_lib.model_spec(config_lib.model_settings(c))
+    cfg, _ = config_lib.resolve(c).model.config()
     rows = [[1] * 40] * 32
     v = sizing.sample_variant(config_lib.spec(c), len(rows), 16, 256)
-    assert (v.rollout.prompts, v.rollout.group_size, v.rollout.max_new_tokens) == (32, 16, 256)
-    assert sample.engine_for(c, cfg, rows, ONE).slots == 0  # every row at once fits here
+    assert (v.rollout.prompts, v.rollout.group_size, v.rollout.sampling.max_new_tokens) == (
+        32,
+        16,
+        256,
+    )
+    assert (
+        sample.engine_for(config_lib.spec(c), cfg, rows, ONE).slots == 0
+    )  # every row at once fits here
     args = (v, cfg, ONE, optax.identity(), 40, [])
 
     def need(n):
-        e = sizing.estimate(replace(v, **{"rollout.slots": n}), *args[1:])
+        e = sizing.estimate(replace(v, **{"rollout.engine.slots": n}), *args[1:])
         return e.resident + e.rollout
 
     small = (int(need(100) / sizing.SLOTS_HEADROOM) + 1, "a small device")
-    assert sample.engine_for(c, cfg, rows, ONE, capacity=small).slots == 100
+    assert sample.engine_for(config_lib.spec(c), cfg, rows, ONE, capacity=small).slots == 100
     c.rollout.slots = 8
-    assert sample.engine_for(c, cfg, rows, ONE, capacity=small).slots == 8  # as configured
+    assert (
+        sample.engine_for(config_lib.spec(c), cfg, rows, ONE, capacity=small).slots == 8
+    )  # as configured

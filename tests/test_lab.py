@@ -70,10 +70,10 @@ def test_the_committed_splits_are_what_the_code_draws_and_every_run_reads_them()
     for r in test + train[:2000]:
         problem = tasks.Problem(r["question"], r["answer"])
         assert not r["solution"] or countdown.reward(r["solution"], problem) == 1.0
-    seeds = [config_lib.load_problems(config_lib.spec(lab_config.get_config("sft,smoke")))]
+    seeds = [config_lib.spec(lab_config.get_config("sft,smoke")).problems()]
     other = lab_config.get_config("sft,smoke")
     other.seed = 7
-    seeds.append(config_lib.load_problems(config_lib.spec(other)))
+    seeds.append(config_lib.spec(other).problems())
     assert seeds[0] == seeds[1] and jsonl.files(config_lib.spec(other).task)[1] == [
         os.path.join(lab.SPLITS_FOLDER, "test.jsonl")
     ]

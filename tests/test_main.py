@@ -62,6 +62,7 @@ def test_bad_config_and_prompt_field_fail_clearly(tmp_path):
 
 def test_sample_mode_honours_random_init(tmp_path, capsys):
     from configs import base
+    from explore_rl import config as config_lib
     from explore_rl.modes import sample
 
     prompts = tmp_path / "prompts.txt"
@@ -73,7 +74,7 @@ def test_sample_mode_honours_random_init(tmp_path, capsys):
         2,
         4,
     )
-    samples = sample.run_sample(c, str(tmp_path / "run"))
+    samples = sample.run_sample(config_lib.spec(c), str(tmp_path / "run"))
     assert [s["prompt"] for s in samples] == ["What is 2 + 2?"] * 2
     out = capsys.readouterr().out
     assert "(llama, 2M params)" in out and "135M" not in out
@@ -97,9 +98,9 @@ def test_sample_settings_are_checked_before_the_model_is_read(key, value, words,
     c = base.get_config()
     c.sample[key] = value
     read = lambda *a: pytest.fail("the model was read")  # noqa: E731
-    monkeypatch.setattr(config_lib, "load_policy", read)
+    monkeypatch.setattr("explore_rl.models.weights.load", read)
     with pytest.raises(ValueError, match=f"^config: {words}"):
-        sample.run_sample(c, None)
+        sample.run_sample(config_lib.spec(c), None)
 
 
 @pytest.mark.parametrize(
@@ -123,6 +124,6 @@ def test_a_bad_prompt_file_names_its_line_before_the_model_is_read(
     c = base.get_config()
     c.sample.prompt_file = str(path)
     read = lambda *a: pytest.fail("the model was read")  # noqa: E731
-    monkeypatch.setattr(config_lib, "load_policy", read)
+    monkeypatch.setattr("explore_rl.models.weights.load", read)
     with pytest.raises(ValueError, match=f"^{path}{re.escape(words)}"):
-        sample.run_sample(c, None)
+        sample.run_sample(config_lib.spec(c), None)

@@ -99,9 +99,7 @@ def test_two_processes_train_like_one_and_resume(tmp_path):
     banks = [(np.asarray(x), np.asarray(y)) for x, y in
              zip(jax.tree.leaves(a.explorers), jax.tree.leaves(b.explorers))]  # fmt: skip
     assert banks and all(x.shape == y.shape and np.array_equal(x, y) for x, y in banks)
-    start = jax.tree.leaves(
-        config_lib.load_policy(config_lib.model_settings(ase.get_config("smoke")), 0)[0]
-    )
+    start = jax.tree.leaves(config_lib.resolve(ase.get_config("smoke")).model.load(0)[0])
     moved = [not np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a.state.params), start)]
     assert any(moved)  # two real updates, not a comparison of untouched weights
     rows, ref = read_metrics(str(two)), read_metrics(str(one))

@@ -51,7 +51,7 @@ def test_anything_else_is_wrong(response, why):
 
 
 def test_problems_their_values_and_solutions():
-    s = ms.Settings(min_ops=2, max_ops=5, solved_ops=3)
+    s = ms.Spec(min_ops=2, max_ops=5, solved_ops=3)
     problems = ms.make_multistep(300, seed=0, split="train", settings=s)
     assert len({p.question for p in problems}) == 300
     by_ops = {}
@@ -82,12 +82,12 @@ def test_the_task_and_its_reward_through_the_config():
     c.task.multistep = tasks.defaults("multistep")
     c.task.multistep.max_ops = 3
     spec = config_lib.spec(c)
-    train, tests = config_lib.load_problems(spec)
+    train, tests = spec.problems()
     # the problems follow task.multistep.problems_seed, not the run's seed: one split a study
     c.seed = 5
-    assert config_lib.load_problems(config_lib.spec(c)) == (train, tests)
+    assert config_lib.spec(c).problems() == (train, tests)
     c.task.multistep.problems_seed = 1
-    assert config_lib.load_problems(config_lib.spec(c))[1] != tests
+    assert config_lib.spec(c).problems()[1] != tests
     assert len(train) == 30 and len(tests["multistep"]) == 10
     (reward,) = spec.reward.fn.functions
     assert all(p.solution and reward.fn(p.solution, p) == 1.0 for p in train)

@@ -2,7 +2,6 @@
 reward sees prefix + response, the update scores the response tokens only; problems have
 stable ids."""
 
-import dataclasses
 import hashlib
 
 import jax
@@ -33,19 +32,19 @@ def saw_the_prefix(response, problem):
 @pytest.fixture(scope="module")
 def guided():
     c = grpo.get_config("smoke")
-    params, cfg, tok = config_lib.load_policy(config_lib.model_settings(c), c.seed)
+    params, cfg, tok = config_lib.resolve(c).model.load(c.seed)
     prefix = tuple(tok.encode(PREFIX_TEXT))
     problems = [Problem("What is 3 + 4?", "7", prefix), Problem("What is 1 + 1?", "2")]
     g, t = 3, 6
-    settings = dataclasses.replace(
-        config_lib.spec(c).rollout_settings(tok),
-        reward=Reward.of(saw_the_prefix),
-        sampling=SamplingConfig(t),  # no stop ids: every row has t response tokens
-    )
+    generation = {
+        **config_lib.spec(c).generation(),
+        "reward": Reward.of(saw_the_prefix),
+        "sampling": SamplingConfig(t),  # no stop ids: every row has t response tokens
+    }
     plan = base_plan(len(problems) * g, t, 1.0, problems)
     with Verifier(1, 5.0) as verifier:
-        ro = rollout.generate(params, cfg, tok, plan, jax.random.key(3), verifier, settings)
-    return params, cfg, tok, ro, prefix, g, settings.prompt.instruction
+        ro = rollout.generate(params, cfg, tok, plan, jax.random.key(3), verifier, **generation)
+    return params, cfg, tok, ro, prefix, g, generation["prompt"].instruction
 
 
 def test_problem_ids_are_stable_and_ignore_the_prefix():

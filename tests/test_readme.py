@@ -175,7 +175,7 @@ def smoke(words: list[str], hf_folder: str) -> list[str]:
                 "1",
             ],
         }[out[3]]
-    if out[1:3] == ["-m", "explore_rl.evaluation.diversity"]:
+    if out[1:3] == ["-m", "explore_rl.eden_analysis"]:
         out += ["--prompts=2", "--samples=2"]
     return out
 

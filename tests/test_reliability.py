@@ -92,7 +92,7 @@ def _cli(*args, driver=None):
 
 def _final_params(workdir, step):
     c = grpo.get_config("smoke")
-    params, _, _ = config_lib.load_policy(config_lib.model_settings(c), c.seed)
+    params, _, _ = config_lib.resolve(c).model.load(c.seed)
     folder, step = checkpoint_lib.locate(workdir, step)
     return checkpoint_lib.restore_subset(folder, step, {"state": {"params": params}})
 
@@ -257,7 +257,7 @@ def test_non_finite_updates_stop_the_run_with_a_reason(tmp_path):
     c.reward.fn, c.train.max_skipped_updates = "test_reliability:nan_reward", 4
     c.train.steps, c.train.eval_every = 10, 0
     with pytest.raises(RuntimeError, match=r"4 updates in a row skipped .*\(through step 2"):
-        loop.train(c, str(tmp_path))
+        loop.train(config_lib.spec(c), str(tmp_path))
 
 
 def _snapshot(folder) -> dict:
@@ -277,7 +277,7 @@ def existing_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("existing")
     c = grpo.get_config("smoke")
     c.train.steps, c.train.eval_every = 1, 0
-    loop.train(c, str(folder))
+    loop.train(config_lib.spec(c), str(folder))
     return folder
 
 
@@ -377,7 +377,7 @@ def test_bad_input_is_named_and_the_run_directory_is_untouched(
     c.train.allow_config_change = True
     _apply(c, change, tmp_path)
     with pytest.raises(ValueError, match=message):
-        loop.train(c, str(existing_run))
+        loop.train(config_lib.spec(c), str(existing_run))
     assert _snapshot(existing_run) == before
 
 
@@ -405,7 +405,7 @@ def test_work_directories_and_checkpoints_of_another_run_are_refused(existing_ru
     c = grpo.get_config("smoke")
     c.rl.eps_high = 0.4
     with pytest.raises(ValueError, match=r"holds a run of another config \(rl.eps_high: 0.28"):
-        loop.train(c, str(existing_run))
+        loop.train(config_lib.spec(c), str(existing_run))
     c = grpo.get_config("smoke")
     c.rollout.slots, c.rollout.decode_chunk = 3, 2  # how rollouts are scheduled: resumable
     build.check_same_run(config_lib.spec(c), str(existing_run))
@@ -413,12 +413,12 @@ def test_work_directories_and_checkpoints_of_another_run_are_refused(existing_ru
     c.model.random_init = "tiny-qwen2"
     c.eval.checkpoint = str(existing_run)
     with pytest.raises(ValueError, match="k_bias in the checkpoint .a run of another model"):
-        eval_mode.run_eval(c, None)
+        eval_mode.run_eval(config_lib.spec(c), None)
     (tmp_path / "file").write_text("not a folder")
     with pytest.raises(ValueError, match="a file, not a folder"):
-        loop.train(grpo.get_config("smoke"), str(tmp_path / "file"))
+        loop.train(config_lib.spec(grpo.get_config("smoke")), str(tmp_path / "file"))
     with pytest.raises(ValueError, match="a file, not a folder"):  # before it evaluates
-        eval_mode.run_eval(grpo.get_config("smoke"), str(tmp_path / "file"))
+        eval_mode.run_eval(config_lib.spec(grpo.get_config("smoke")), str(tmp_path / "file"))
     assert _snapshot(existing_run) == before
 
 
@@ -452,7 +452,7 @@ def test_a_run_that_predates_a_new_config_field_resumes(existing_run, tmp_path):
     (old / "config.json").write_text(json.dumps(config))
     c = grpo.get_config("smoke")
     c.train.steps, c.train.eval_every = 2, 0
-    loop.train(c, str(old))
+    loop.train(config_lib.spec(c), str(old))
     assert [r["step"] for r in read_metrics(str(old))] == [1, 2]
 
 
@@ -485,7 +485,7 @@ def test_one_run_per_work_directory_and_a_killed_holder_leaves_no_lock(existing_
         # is read (a sample's folder may not be a run's at all: its config.json is the run's)
         c = testing.smoke()
         with pytest.raises(ValueError, match=f"in use by pid {holder.pid} on "):
-            eval_mode.run_eval(c, str(existing_run))
+            eval_mode.run_eval(config_lib.spec(c), str(existing_run))
         out = run_main("--mode", "sample", *ARGS, "--workdir", str(existing_run))
         assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith(
             f"error: --workdir {existing_run}: inside the run directory {existing_run}; "

@@ -12,6 +12,7 @@ import types
 import numpy as np
 import pytest
 
+from explore_rl import config as config_lib
 from explore_rl import testing
 from explore_rl.rewards.math import (
     Scores,
@@ -295,7 +296,7 @@ def test_reward_functions_of_three_conventions_train_a_verl_parquet(tmp_path, ca
     c.reward.fn += "test_rewards:trl_another_task"
     c.reward.weights = "1, 2, 0.5, 3"
     c.train.steps, c.train.eval_every, c.train.samples_to_log = 2, 0, 8
-    loop.train(c, str(tmp_path / "run"))
+    loop.train(config_lib.spec(c), str(tmp_path / "run"))
     said = capsys.readouterr().err
     assert (
         "reward: 1 x parity_of_length, 2 x verl_score (verl), 0.5 x trl_length (trl), "
@@ -330,11 +331,11 @@ def test_a_hanging_custom_reward_times_out_and_is_counted(tmp_path):
     c = grpo.get_config("smoke")
     c.reward.fn, c.reward.timeout = "test_rewards:hangs", 0.5
     c.train.steps, c.train.eval_every = 1, 0
-    loop.train(c, str(tmp_path))
+    loop.train(config_lib.spec(c), str(tmp_path))
     (row,) = read_metrics(str(tmp_path))
     rows = c.rollout.prompts * c.rollout.group_size
     assert row["rollout/verifier_timeouts"] == rows and row["reward/mean"] == 0.0
     c.reward.fn = "test_rewards:raises_on_odd_length"  # the run goes on, the errors counted
-    loop.train(c, str(tmp_path / "raises"))
+    loop.train(config_lib.spec(c), str(tmp_path / "raises"))
     (row,) = read_metrics(str(tmp_path / "raises"))
     assert row["rollout/reward_errors"] > 0 and row["rollout/verifier_timeouts"] == 0

@@ -83,13 +83,13 @@ def _resume_config():
 
 
 def test_resume_continues_exactly(tmp_path):
-    straight = loop.train(_resume_config(), str(tmp_path / "a"))
+    straight = loop.train(config_lib.spec(_resume_config()), str(tmp_path / "a"))
     # The same run killed after logging step 4 but before its checkpoint: the newest
     # complete checkpoint is step 2's, and the lines of steps 3 and 4 must not repeat.
     skip_step_4 = lambda folder, names: ["4", "4.sha256"] if folder.endswith("checkpoints") else []  # noqa: E501, E731
     shutil.copytree(tmp_path / "a", tmp_path / "b", ignore=skip_step_4)
     assert checkpoint.steps(str(tmp_path / "b" / "checkpoints")) == [2]
-    resumed = loop.train(_resume_config(), str(tmp_path / "b"))
+    resumed = loop.train(config_lib.spec(_resume_config()), str(tmp_path / "b"))
     a, b = read_metrics(str(tmp_path / "a")), read_metrics(str(tmp_path / "b"))
     assert [r["step"] for r in b] == [1, 2, 3, 4]
     drop = ("time/", "perf/")
@@ -180,7 +180,7 @@ def test_dynamic_sampling_runs_until_its_budget(tmp_path):
     c = grpo.get_config("smoke")  # a random model: every group is all-wrong
     c.rollout.dynamic_sampling, c.rollout.max_generation_batches = True, 3
     c.train.steps, c.train.eval_every = 1, 0
-    loop.train(c, str(tmp_path))
+    loop.train(config_lib.spec(c), str(tmp_path))
     row = read_metrics(str(tmp_path))[0]
     assert row["rollout/generation_batches"] == 3 and row["rollout/filled_groups"] == 2
 
@@ -217,7 +217,7 @@ def test_pi_old_pass_is_skipped_only_when_mu_is_pi_old():
     c.rl.pi_old = "auto"
     spec = config_lib.spec(c)
     ctx = base.StepContext(None, None, None, spec, step=3)
-    annealed = EAD(EAD.Settings(), spec).plan({}, plan(c), ctx, None)  # hot from t = c = 10
+    annealed = EAD(EAD.Spec(), spec).plan({}, plan(c), ctx, None)  # hot from t = c = 10
     assert not skipped(c, annealed)
     steered = plan(c).replace(interventions=Interventions(steer=jax.numpy.zeros((4, 8))))
     assert not skipped(c, steered)
@@ -230,7 +230,7 @@ def test_kl_to_the_frozen_reference_through_the_trainer(tmp_path):
     c.optim.lr = 1e-2  # move far from the reference in two updates
     # the smoke model's rewards are all 0: the entropy bonus is what moves the policy
     c.rl.entropy_coef = 0.1
-    loop.train(c, str(tmp_path))
+    loop.train(config_lib.spec(c), str(tmp_path))
     kl = [r["policy/kl_ref"] for r in read_metrics(str(tmp_path))]
     assert kl[0] == 0.0  # the first update starts at the reference: k3 = 0 exactly
     assert 0 < kl[1] < kl[2]  # the reference stays frozen while the policy moves away
@@ -243,7 +243,7 @@ def test_eval_of_any_checkpoint_restores_params_only_and_writes_the_responses(tm
     c = ase.get_config("smoke")  # trained with ASE: explorer state in the checkpoint
     c.reward.fn = testing.PARITY
     c.train.steps, c.train.eval_every, c.train.checkpoint_every = 3, 0, 2
-    loop.train(c, str(tmp_path / "run"))
+    loop.train(config_lib.spec(c), str(tmp_path / "run"))
     folder, step = checkpoint.locate(str(tmp_path / "run"), 2)
     params = checkpoint.restore_subset(folder, step, {"state": {"params": _params(c)}})
     full = Checkpointer(str(tmp_path / "run")).restore(
@@ -254,7 +254,7 @@ def test_eval_of_any_checkpoint_restores_params_only_and_writes_the_responses(tm
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     e = grpo.get_config("smoke")  # evaluated without the run's exploration method
     e.eval.checkpoint, e.eval.step = str(tmp_path / "run"), 2
-    results = eval_mode.run_eval(e, str(tmp_path / "eval"))
+    results = eval_mode.run_eval(config_lib.spec(e), str(tmp_path / "eval"))
     written = json.load(open(tmp_path / "eval" / "eval.json"))
     assert written["step"] == 2 and written["eval/average/pass@1"] == results["eval/average/pass@1"]
     rows = [json.loads(line) for line in open(tmp_path / "eval" / "eval_responses.jsonl")]
@@ -276,7 +276,7 @@ def test_eval_of_any_checkpoint_restores_params_only_and_writes_the_responses(tm
 
 
 def _params(c):
-    return config_lib.load_policy(config_lib.model_settings(c), c.seed)[0]
+    return config_lib.resolve(c).model.load(c.seed)[0]
 
 
 def test_a_wandb_offline_run_writes_its_files_and_resumes_the_same_run(tmp_path, monkeypatch):
@@ -286,12 +286,12 @@ def test_a_wandb_offline_run_writes_its_files_and_resumes_the_same_run(tmp_path,
     c = grpo.get_config("smoke")
     c.train.steps, c.train.eval_every = 2, 0
     c.logging.wandb, c.logging.name, c.logging.tags = True, "smoke-run", "a, b"
-    loop.train(c, str(tmp_path))
+    loop.train(config_lib.spec(c), str(tmp_path))
     run_id = (tmp_path / "wandb_id").read_text().strip()
     runs = list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))
     assert len(runs) == 1 and list(runs[0].glob(f"run-{run_id}.wandb"))
     c.train.steps = 3  # the rerun resumes: the same W&B run id
-    loop.train(c, str(tmp_path))
+    loop.train(config_lib.spec(c), str(tmp_path))
     assert (tmp_path / "wandb_id").read_text().strip() == run_id
     assert len(list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))) == 2
 
@@ -322,7 +322,7 @@ def test_a_bfloat16_run_trains_and_logs(tmp_path, caplog):
     c = grpo.get_config("smoke")
     c.model.dtype = c.model.param_dtype = "bfloat16"
     c.train.steps, c.train.eval_every, c.optim.lr = 1, 0, 1e-6
-    progress = loop.train(c, str(tmp_path))
+    progress = loop.train(config_lib.spec(c), str(tmp_path))
     assert "~optim.lr=1e-06 is rounded away on every weight above ~0.00026" in caplog.text
     assert jax.tree.leaves(progress.state.params)[0].dtype == jax.numpy.bfloat16
     (row,) = read_metrics(str(tmp_path))

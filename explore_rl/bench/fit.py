@@ -29,8 +29,7 @@ def paper_fit(spec: str, devices: int = 8, capacity_gb: float = 80.0):
     from explore_rl.train import sizing
 
     s = config_lib.resolve(config_lib.load(spec))
-    model = config_lib.run_settings(s.model)
-    cfg = presets.get_preset(os.path.basename(s.model.path).lower(), **model)
+    cfg = presets.get_preset(os.path.basename(s.model.path).lower(), **s.model.run_settings())
     sizes = {"data": 1, "fsdp": devices, "tensor": 1}
     optimizer = make_optimizer(s.optim)
     capacity = (int(capacity_gb * 1e9), f"{capacity_gb:g} GB")
@@ -45,13 +44,13 @@ def run(args) -> dict:
     rows = []
     for name in PAPER_CONFIGS:
         c, est = paper_fit(f"configs/{name}.py:paper", args.devices, args.capacity_gb)
-        t = est.terms
+        t, r = est.terms, c.rollout
         rows.append({
             "config": f"configs/{name}.py:paper",
             "model": os.path.basename(c.model.path),
             "rows": c.rollout.prompts * c.rollout.group_size,
-            "prompt + response": f"{c.rollout.max_prompt_len} + {c.rollout.max_new_tokens}",
-            "decode_slots": c.rollout.slots or "all rows",
+            "prompt + response": f"{r.max_prompt_len} + {r.sampling.max_new_tokens}",
+            "decode_slots": r.engine.slots or "all rows",
             "update_gib": round(sum(t[k] for k in footprint.UPDATE) / 2**30, 1),
             "kv_cache_gib": round(t["KV cache"] / 2**30, 1),
             "peak_gib": round(est.peak / 2**30, 1),

@@ -77,11 +77,11 @@ def _base_model_quality(c, samples: int, group: int) -> dict:
     from explore_rl.spec import replace
 
     spec = replace(config_lib.spec(c), **{"eval.samples": samples})
-    params, cfg, tok = config_lib.load_policy(spec.model, spec.seed)
-    _, tests = config_lib.load_problems(spec)
+    params, cfg, tok = spec.model.load(spec.seed)
+    _, tests = spec.problems()
     records: list[dict] = []
     t0 = time.perf_counter()
-    with config_lib.verifier(spec.reward) as v:
+    with spec.reward.verifier() as v:
         evaluate(params, cfg, tok, tests, spec, v, jax.random.key(spec.seed), records=records)
     seconds = time.perf_counter() - t0
     correct = np.array([r["correct"] for r in records], float).reshape(-1, samples)
@@ -107,7 +107,7 @@ def _rl_steps(c, steps: int) -> dict:
     from explore_rl.train import steps as steps_lib
 
     spec = config_lib.spec(c)
-    with tempfile.TemporaryDirectory() as workdir, config_lib.verifier(spec.reward) as v:
+    with tempfile.TemporaryDirectory() as workdir, spec.reward.verifier() as v:
         run, progress = testing.start(spec, workdir, v)[:2]
         timed = ("rollout_s", "pi_old_s", "update_s")
         parts = {k: [] for k in ("step_s", *timed, "host_s")}
@@ -124,7 +124,8 @@ def _rl_steps(c, steps: int) -> dict:
     shares = {k: med[k] / med["step_s"] for k in (*timed, "host_s")}
     r = spec.rollout
     return {
-        "rl_step": f"{r.prompts} prompts x {r.group_size} rollouts x <= {r.max_new_tokens} tokens",
+        "rl_step": f"{r.prompts} prompts x {r.group_size} rollouts x <= "
+        f"{r.sampling.max_new_tokens} tokens",
         "rl_step_s_median": med["step_s"],
         "rl_step_share": shares,
     }

@@ -49,8 +49,8 @@ def run(args) -> dict:
     before = 0 if device_peak_bytes() is not None else rss_bytes()
     with (
         tempfile.TemporaryDirectory() as workdir,
-        config_lib.verifier(spec.reward) as verifier,
-        parallel.use(mesh := config_lib.mesh(spec.mesh)),
+        spec.reward.verifier() as verifier,
+        parallel.use(mesh := spec.mesh.make()),
     ):
         run, progress, _ = build.start(spec, exploration.build(spec), workdir, verifier, mesh)
         for step in range(args.steps):

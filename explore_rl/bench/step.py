@@ -53,11 +53,10 @@ def run(args) -> dict:
     c.optim.micro_batches = args.micro_batches
     c.rl.minibatches = 1  # the peers' workload: one optimizer step per rollout batch
     params, cfg, tok = benchmarked_model(args)
-    tok.stop_ids = ()  # 32 tokens forced, as the peers
     problems = [
         Problem(q, str(sum(map(int, q.split("?")[0].split()[2::2])))) for q in peer_questions()
     ]
-    spec = config_lib.spec(c)
+    spec = config_lib.spec(c).with_stop_ids(())  # 32 tokens forced, as the peers
     optimizer = make_optimizer(spec.optim)
     memory.trim_after_compiles()
     progress = build.Progress(init_state(params, optimizer), jnp.zeros((), jnp.int32))
@@ -74,7 +73,6 @@ def run(args) -> dict:
             verifier=verifier,
             key=jax.random.key(0),
             eval_key=jax.random.key(1),
-            settings=spec.rollout_settings(tok),
         )
         for step in range(args.steps + 1):  # the first step compiles
             progress, m, _ = steps.train_one_step(run, progress, step)

@@ -22,7 +22,7 @@ fixed search order. Problems that need a division or two separate pairs ((a o b)
 have none: a model fine-tuned on the solutions has seen one strategy, and finds the others
 only by exploring (`family`: "chain" or "other").
 
-    make_countdown(8, seed=0, split="test", settings=Settings(inputs=3))
+    make_countdown(8, seed=0, split="test", settings=Spec(inputs=3))
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ _STEP = re.compile(r"^\s*(\d+)\s*([-+*/])\s*(\d+)\s*=\s*(\d+)\s*$")
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
+class Spec:
     """`task.countdown`: the difficulty knobs."""
 
     # numbers per problem: 3 puts the lab's base model where exploration matters
@@ -151,7 +151,7 @@ def solution_key(response: str) -> frozenset:
     return frozenset(collections.Counter(key).items())
 
 
-def make_countdown(n: int, seed: int, split: str, settings: Settings = Settings()) -> list[Problem]:
+def make_countdown(n: int, seed: int, split: str, settings: Spec = Spec()) -> list[Problem]:
     """n distinct solvable problems of `split`, deterministic in (seed, split, settings)."""
     if split not in SPLITS:
         raise ValueError(f"split={split!r}: allowed {list(SPLITS)}")
@@ -181,7 +181,7 @@ def family(problem: Problem) -> str:
     return "chain" if problem.solution else "other"
 
 
-@register("countdown", Settings)
+@register("countdown", Spec)
 def countdown_task(t, seed: int):
     """Countdown problems of `task.countdown`'s difficulty: `task.train_size` training
     and `task.test_size` held-out ones."""

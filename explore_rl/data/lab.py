@@ -44,7 +44,7 @@ def write_splits(folder: str = SPLITS_FOLDER) -> None:
     solution ("" where there is none), one problem a line."""
     os.makedirs(folder, exist_ok=True)
     for split, n in SPLIT_SIZES.items():
-        problems = countdown.make_countdown(n, 0, split, countdown.Settings())
+        problems = countdown.make_countdown(n, 0, split, countdown.Spec())
         with open(os.path.join(folder, f"{split}.jsonl"), "w") as f:
             for p in problems:
                 row = {"question": p.question, "answer": p.answer, "solution": p.solution}

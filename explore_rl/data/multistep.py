@@ -30,7 +30,7 @@ _TOKEN = re.compile(r"\d+|[-+*()]")
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
+class Spec:
     """`task.multistep`: the difficulty knobs."""
 
     min_ops: int = 2  # operations per expression, drawn uniformly in [min_ops, max_ops]
@@ -141,7 +141,7 @@ def left_to_right(node) -> tuple[int, list[str]]:
     return c, [*left, *right, f"{a}{op}{b}={c}"]
 
 
-def _draw(rng: np.random.Generator, n_ops: int, s: Settings):
+def _draw(rng: np.random.Generator, n_ops: int, s: Spec):
     """A random expression tree of n_ops operations (a random split of them between the
     two sides at each node)."""
     if n_ops == 0:
@@ -162,7 +162,7 @@ def _legal(node, max_value: int) -> bool:
     return legal and 0 <= left_to_right(node)[0] <= max_value
 
 
-def make_multistep(n: int, seed: int, split: str, settings: Settings = Settings()) -> list[Problem]:
+def make_multistep(n: int, seed: int, split: str, settings: Spec = Spec()) -> list[Problem]:
     """n distinct problems of `split`, deterministic in (seed, split, settings)."""
     if split not in SPLITS:
         raise ValueError(f"split={split!r}: allowed {list(SPLITS)}")
@@ -188,7 +188,7 @@ def make_multistep(n: int, seed: int, split: str, settings: Settings = Settings(
     )
 
 
-@register("multistep", Settings)
+@register("multistep", Spec)
 def multistep_task(t, seed: int):
     """Expressions of `task.multistep`'s difficulty: `task.train_size` training and
     `task.test_size` held-out ones."""

@@ -12,28 +12,17 @@ rollouts on each side:
     space contains almost nothing; the projection is ours);
 and over all responses, distinct-4 (unique / total 4-grams), correct ones and all.
 
-    python -m explore_rl.evaluation.diversity --config configs/eden.py:demo --prompts 32
+The measurement (the rollouts of both sides): `python -m explore_rl.eden_analysis`.
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from collections import Counter
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import scipy.spatial
-from absl import app, flags
-from ml_collections import config_flags
 
-from explore_rl import config as config_lib
 from explore_rl.evaluation.metrics import N, distinct_n, ngrams
-from explore_rl.exploration import base, eden
-from explore_rl.models.transformer import Interventions
-from explore_rl.rl import rollout as rollout_lib
-from explore_rl.rl.plan import RolloutPlan
 
 
 def embed(responses: list, n: int = N) -> np.ndarray:
@@ -88,56 +77,6 @@ def compare(standard: list[list], perturbed: list[list]) -> dict[str, float]:
     }
 
 
-def analyse(c, prompts: int, samples: int) -> dict:
-    """Sample both sides at temperature 1 with the initial policy and compare them."""
-    spec = config_lib.spec(c)
-    params, cfg, tok = config_lib.load_policy(spec.model, spec.seed)
-    train_set, tests = config_lib.load_problems(spec)
-    problems = next(iter(tests.values()))[:prompts]
-    ex = next((e for e in base.build(spec) if e.name == "eden"), None)
-    if ex is None:
-        raise ValueError("diversity: the config has no 'eden' in exploration.methods")
-    out = {"standard": [], "null": [], "perturbed": []}
-    with config_lib.verifier(spec.reward) as verifier:
-        settings = spec.rollout_settings(tok)
-        ctx = base.StepContext(params, cfg, tok, spec, 0, train_set, verifier, settings=settings)
-        bank = ex.init(ctx)
-        key = jax.random.key(spec.seed)
-        for start in range(0, len(problems), 8):
-            chunk = problems[start : start + 8]
-            key, k_side, k_null, k_anchor, k_noise = jax.random.split(key, 5)
-            b = len(chunk) * samples
-            anchor = jax.random.randint(k_anchor, (len(chunk),), 0, bank["ids"].shape[0])
-            a = jnp.repeat(bank["vectors"][anchor], samples, axis=0)
-            slot = a + eden.noise(k_noise, a, ex.settings.rho)
-            iv = Interventions(extra_embeds=slot[:, None], extra_mask=jnp.ones((b, 1), bool))
-            sides = (("standard", None, k_side), ("null", None, k_null), ("perturbed", iv, k_side))
-            for side, interventions, k in sides:
-                tau = jnp.ones((b, spec.rollout.max_new_tokens))
-                ro = rollout_lib.generate(
-                    params,
-                    cfg,
-                    tok,
-                    RolloutPlan(tau, interventions, problems=chunk),
-                    k,
-                    verifier,
-                    settings,
-                )
-                out[side] += _responses(ro, samples)
-    return summarise(out["standard"], out["null"], out["perturbed"])
-
-
-def _responses(ro, samples: int) -> list[tuple[list, list]]:
-    """Per prompt: (all responses, correct ones) as token-id lists."""
-    tokens, mask = np.asarray(ro.out.tokens), np.asarray(ro.out.mask)
-    rows = [t[m].tolist() for t, m in zip(tokens, mask)]
-    correct = ro.correct.reshape(-1)
-    return [
-        (rows[i : i + samples], [r for r, ok in zip(rows[i : i + samples], correct[i:]) if ok])
-        for i in range(0, len(rows), samples)
-    ]
-
-
 def summarise(standard: list, null: list, perturbed: list) -> dict:
     """[(all, correct) per prompt] for each side -> the numbers of the module docstring."""
     result = compare([s[1] for s in standard], [p[1] for p in perturbed])
@@ -151,20 +90,3 @@ def summarise(standard: list, null: list, perturbed: list) -> dict:
         result[f"{side}/distinct4_all"] = distinct_n([r for g in groups for r in g[0]])
         result[f"{side}/distinct4_correct"] = distinct_n([r for g in groups for r in g[1]])
     return result
-
-
-def main(argv):
-    del argv
-    result = analyse(_CONFIG.value, _PROMPTS.value, _SAMPLES.value)
-    print(json.dumps(result, indent=2))
-    if _OUT.value:
-        with open(_OUT.value, "w") as f:
-            json.dump(result, f, indent=2)
-
-
-if __name__ == "__main__":  # flags only here: importing the functions defines none
-    _CONFIG = config_flags.DEFINE_config_file("config", None, "An EDEN config.")
-    _PROMPTS = flags.DEFINE_integer("prompts", 32, "Held-out questions analysed.")
-    _SAMPLES = flags.DEFINE_integer("samples", 16, "Rollouts per question and side.")
-    _OUT = flags.DEFINE_string("out", "", "Write the numbers as JSON here too.")
-    app.run(main, argv=config_lib.config_argv(sys.argv))

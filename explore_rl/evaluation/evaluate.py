@@ -10,7 +10,6 @@ all-MiniLM-L6-v2 embeddings (ExTra's Sec. 5.4 measures).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable
 
@@ -20,15 +19,47 @@ from tqdm import tqdm
 
 from explore_rl.data.tasks import Problem
 from explore_rl.evaluation import metrics
+from explore_rl.exploration import base as exploration
 from explore_rl.rewards.math import Verifier, extract_answer
 from explore_rl.rl import rollout
 from explore_rl.rl.plan import base_plan
-from explore_rl.sampling.engine import EngineConfig
 from explore_rl.spec import RunSpec
 
 
 class Stopped(Exception):
     """The evaluation was asked to stop (`evaluate`'s `stop`) and has no result."""
+
+
+def run_keys(seed: int) -> tuple[jax.Array, jax.Array]:
+    """A run's two root keys: step s samples with fold_in(first, s), the evaluation after
+    step s with fold_in(second, s) (`--mode eval` of a checkpoint draws as the run did)."""
+    key, eval_key = jax.random.split(jax.random.key(seed))
+    return key, eval_key
+
+
+def fit_held_out(spec: RunSpec, tok, test_sets: dict[str, list[Problem]]):
+    """The benchmarks' problems whose prompts fit `rollout.max_prompt_len`
+    (`rollout.fit_prompts`, by `task.long_prompts`), and the longest kept prompt's tokens
+    (what sizes an evaluation batch's caches)."""
+    fitted = {
+        name: rollout.fit_prompts(
+            tok, problems, spec.prompt, spec.rollout.max_prompt_len, spec.task.long_prompts, name
+        )
+        for name, problems in test_sets.items()
+    }
+    longest = max((n for _, n in fitted.values()), default=0)
+    return {name: kept for name, (kept, _) in fitted.items()}, longest
+
+
+def evaluate_policy(
+    params, cfg, tok, spec: RunSpec, benchmarks: dict, verifier: Verifier, rng: jax.Array,
+    explorers: list, states: dict, step: int, records: list | None = None, stop=None,
+) -> dict[str, float]:  # fmt: skip
+    """`evaluate` with the explorers acting at test time (EAD's schedule at step `step`),
+    reading their `states`: what a run evaluates between steps, and `--mode eval`."""
+    ctx = exploration.StepContext(params, cfg, tok, spec, step, verifier=verifier)
+    plan_fn = lambda p: exploration.eval_plan(explorers, states, p, ctx)  # noqa: E731
+    return evaluate(params, cfg, tok, benchmarks, spec, verifier, rng, plan_fn, records, stop)
 
 
 def evaluate(
@@ -42,17 +73,13 @@ def evaluate(
     plan_fn=None,
     records: list | None = None,
     stop: Callable[[], bool] | None = None,
-    engine: EngineConfig | None = None,
 ) -> dict[str, float]:
     """Held-out metrics per benchmark and averaged; with `records`, every response is
     appended to it (benchmark, question, reference, response, extracted answer, correct).
     `stop` is asked before each batch: True raises `Stopped` (a preempted run checkpoints
-    within a batch's time, not after the whole evaluation). `engine`: the decode slots a
-    run sized for it (default: the spec's)."""
+    within a batch's time, not after the whole evaluation)."""
     e, n = spec.eval, spec.eval.samples
-    settings = spec.eval_settings(tok)
-    if engine is not None:
-        settings = dataclasses.replace(settings, engine=engine)
+    generation = spec.generation(evaluation=True)
     results: dict[str, float] = {}
     for name, problems in benchmarks.items():
         problems = problems[: e.num_prompts or len(problems)]
@@ -62,19 +89,13 @@ def evaluate(
             if stop is not None and stop():
                 raise Stopped(f"evaluation stopped before {name} question {start}")
             chunk = problems[start : start + e.batch_prompts]
-            plan = base_plan(len(chunk) * n, e.max_new_tokens, e.temperature, chunk)
-            r = rollout.generate(
-                params,
-                cfg,
-                tok,
-                plan_fn(plan) if plan_fn else plan,
-                jax.random.fold_in(rng, start),
-                verifier,
-                settings,
-            )
+            plan = base_plan(len(chunk) * n, e.sampling.max_new_tokens, e.temperature, chunk)
+            plan = plan_fn(plan) if plan_fn else plan
+            key = jax.random.fold_in(rng, start)
+            r = rollout.generate(params, cfg, tok, plan, key, verifier, **generation)
             correct.append(r.correct)
             answers += [
-                [extract_answer(t, settings.extractors) for t in r.texts[i * n : (i + 1) * n]]
+                [extract_answer(t, spec.reward.extractors) for t in r.texts[i * n : (i + 1) * n]]
                 for i in range(len(chunk))
             ]
             if records is not None:

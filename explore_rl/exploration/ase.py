@@ -79,7 +79,7 @@ class ASE(Explorer):
     intervenes = ("steer",)
 
     @dataclasses.dataclass(frozen=True)
-    class Settings:
+    class Spec:
         k: int = 3  # K steering routes (+ the clean route); ASE paper: K = 3
         alpha: float = 0.5  # steering strength on unit vectors; ASE paper, Table 12: 0.5
         layer: int = 0  # block whose output is steered and read; ASE paper: block 0
@@ -98,7 +98,7 @@ class ASE(Explorer):
         at_eval: bool = False  # steer at evaluation too (inference-time steering)
 
     @staticmethod
-    def check(e: Settings, run: RunSpec) -> None:
+    def check(e: Spec, spec: RunSpec) -> None:
         _require(e.k >= 1, f"k={e.k}: need at least 1 route")
         _require(e.alpha >= 0, f"alpha={e.alpha}: must be >= 0")
         _require(e.layer >= 0, f"layer={e.layer}: must be >= 0")
@@ -118,7 +118,7 @@ class ASE(Explorer):
             f"directions={e.directions!r}: allowed {DIRECTIONS}",
         )
         _require(e.routing in ROUTINGS, f"routing={e.routing!r}: allowed {ROUTINGS}")
-        if not run.loss.tis_cap:
+        if not spec.loss.tis_cap:
             warnings.warn("ASE without TIS (rl.tis_cap=0): the paper uses c_IS = 2", stacklevel=2)
 
     # ------------------------------------------------------------------ state
@@ -149,7 +149,7 @@ class ASE(Explorer):
     def step_sizes(self, sizes):
         """Each (problem, route) is prefilled once: up to min(K + 1, G) prompt rows a
         problem (G when every row has its own vector)."""
-        g = self.run.rollout.group_size
+        g = self.spec.rollout.group_size
         per = g if self.settings.routing == "unstructured" else len(set(routes(g, self.settings.k)))
         return dataclasses.replace(sizes, prompts=sizes.prompts * per)
 

@@ -22,10 +22,10 @@ goes in a `hoststate.HostState` inside it, saved as JSON with the same checkpoin
 
 A new method is one module that subclasses `Explorer` and decorates it with
 `@register("name")`; `get("name")` imports `explore_rl.exploration.<name>` on first use, so
-nothing else changes. Its settings are a frozen dataclass, `Explorer.Settings`, whose
+nothing else changes. Its settings are a frozen dataclass, `Explorer.Spec`, whose
 defaults (each field commented) are its config section `config.exploration.<name>`
 (`defaults()`); the explorer gets them typed (`self.settings`) with the run's spec
-(`self.run`, `spec.RunSpec`).
+(`self.spec`, `spec.RunSpec`).
 
 Dimension letters: Q problems, G rollouts per problem, B = Q x G rows, T response tokens.
 """
@@ -61,7 +61,6 @@ class StepContext:
     train_set: Sequence = ()  # a list, or the run's `data.sharded.Problems`
     verifier: Any = None  # rewards.math.Verifier
     workdir: str | None = None
-    settings: Any = None  # rollout.RolloutSettings of the run (for an explorer's own rollouts)
 
 
 @dataclasses.dataclass
@@ -73,7 +72,7 @@ class Shaped:
 
 
 @dataclasses.dataclass(frozen=True)
-class NoSettings:
+class NoSpec:
     """A method with nothing to set."""
 
 
@@ -83,21 +82,21 @@ class Explorer:
     name = ""
     intervenes: tuple[str, ...] = ()  # Interventions fields this method sets
     replaces_prompts = False
-    Settings: type = NoSettings  # a frozen dataclass, every field's default commented
+    Spec: type = NoSpec  # a frozen dataclass, every field's default commented
 
-    def __init__(self, settings, run: RunSpec):
+    def __init__(self, settings, spec: RunSpec):
         self.settings = settings
-        self.run = run
+        self.spec = spec
 
     @classmethod
     def defaults(cls) -> ConfigDict:
-        """The method's config section: its `Settings`' defaults."""
-        return ConfigDict(dataclasses.asdict(cls.Settings()))
+        """The method's config section: its `Spec`'s defaults."""
+        return ConfigDict(dataclasses.asdict(cls.Spec()))
 
     @staticmethod
-    def check(settings, run: RunSpec) -> None:
+    def check(settings, spec: RunSpec) -> None:
         """Raise ValueError("config: ...") on settings this method cannot run with (in
-        the run of spec `run`); checked once, when the spec is resolved."""
+        the run of spec `spec`); checked once, when the spec is resolved."""
 
     def init(self, ctx: StepContext) -> Any:
         """State before the first step (a pytree of arrays)."""

@@ -44,7 +44,7 @@ K_CONVENTIONS = {"paper": 1.0, "code": 20.0}
 @register("ead")
 class EAD(Explorer):
     @dataclasses.dataclass(frozen=True)
-    class Settings:
+    class Spec:
         tau_max: float = 1.2  # temperature at t = 0 of the annealed part (1 + tau_max - e^0)
         tau_min: float = 0.1  # floor: 0.1 for 1B/1.5B models, 0.8 for 7B (EAD paper)
         d0: float = 25.0  # initial decay scale d_0; d_s = min(d0 + 5 s, 40000)
@@ -59,7 +59,7 @@ class EAD(Explorer):
         return self.settings.k or K_CONVENTIONS[self.settings.convention]
 
     @staticmethod
-    def check(e: Settings, run: RunSpec) -> None:
+    def check(e: Spec, spec: RunSpec) -> None:
         if e.convention not in K_CONVENTIONS:
             raise ValueError(
                 f"config: exploration.ead.convention={e.convention!r}: allowed "
@@ -73,7 +73,7 @@ class EAD(Explorer):
             raise ValueError(
                 "config: exploration.ead needs d0 > 0, k >= 0, c >= 0 and first_token 0 or 1"
             )
-        if not run.loss.tis_cap:
+        if not spec.loss.tis_cap:
             # a warning, not an error: EAD without TIS is one of the paper's own ablations
             warnings.warn("EAD without TIS (rl.tis_cap=0): the paper uses c_IS = 2", stacklevel=2)
 

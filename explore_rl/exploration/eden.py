@@ -72,7 +72,7 @@ class EDEN(Explorer):
         self._pool = None  # the lexical pool, for anchor="per_rollout" (built on first use)
 
     @dataclasses.dataclass(frozen=True)
-    class Settings:
+    class Spec:
         noisy: int = 4  # noisy rollouts per group (4 of 16 in the paper)
         rho: float = 0.18  # ||noise|| / ||anchor||: 0.12 for Qwen2.5-0.5B, 0.18 for math models
         warmup: int = 200  # steps of the noisy rows' cosine temperature warm-up (250/200/400)
@@ -92,8 +92,8 @@ class EDEN(Explorer):
         tolerance: float = 0.1  # viable: accuracy >= clean accuracy - tolerance
 
     @staticmethod
-    def check(e: Settings, run: RunSpec) -> None:
-        g = run.rollout.group_size
+    def check(e: Spec, spec: RunSpec) -> None:
+        g = spec.rollout.group_size
         _require(e.anchor in ANCHORS, f"anchor={e.anchor!r}: allowed {ANCHORS}")
         _require(0 <= e.noisy < g, f"noisy={e.noisy}: must be in [0, group_size={g})")
         _require(e.rho >= 0, f"rho={e.rho}: must be >= 0")
@@ -227,7 +227,7 @@ def _user_tokens(tok, words: str) -> list[int]:
     return ids
 
 
-def screen(ctx: StepContext, candidates: list[int], e: EDEN.Settings) -> tuple[list[int], dict]:
+def screen(ctx: StepContext, candidates: list[int], e: EDEN.Spec) -> tuple[list[int], dict]:
     """The viable candidates (module docstring); the bank ids and the screen's numbers."""
     problems = ctx.train_set[: e.probe_prompts]
     n = e.probe_samples
@@ -269,9 +269,11 @@ def _probe(ctx: StepContext, problems, routes, n: int, rng) -> list[float]:
         extra_embeds=ctx.params["embed"][jnp.asarray(ids)][:, None, :],
         extra_mask=jnp.asarray(appended)[:, None],
     )
-    tau = jnp.ones((b, ctx.spec.rollout.max_new_tokens), jnp.float32)
+    tau = jnp.ones((b, ctx.spec.rollout.sampling.max_new_tokens), jnp.float32)
     plan = RolloutPlan(tau, iv, problems=problems)
-    ro = rollout_lib.generate(ctx.params, ctx.cfg, ctx.tok, plan, rng, ctx.verifier, ctx.settings)
+    ro = rollout_lib.generate(
+        ctx.params, ctx.cfg, ctx.tok, plan, rng, ctx.verifier, **ctx.spec.generation()
+    )
     correct = ro.correct.reshape(len(problems), len(routes), n)
     return [float(x) for x in correct.mean(axis=(0, 2))]
 

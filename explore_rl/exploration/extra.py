@@ -87,7 +87,7 @@ class ExTra(Explorer):
         self._ends_line: dict[int, bool] = {}  # token id -> does its text hold a line break
 
     @dataclasses.dataclass(frozen=True)
-    class Settings:
+    class Spec:
         novelty: bool = True  # ExTra-N: the correctness-gated novelty reward
         regen: bool = True  # ExTra-R: entropy-guided prefix regeneration
         gamma: float = 1.0  # novelty coefficient; ExTra paper, App. B: 1.0
@@ -107,7 +107,7 @@ class ExTra(Explorer):
         clamp_guided: bool = False  # guided rows' advantages floored at 0
 
     @staticmethod
-    def check(e: Settings, run: RunSpec) -> None:
+    def check(e: Spec, spec: RunSpec) -> None:
         _require(e.novelty or e.regen, "novelty and regen are both off: nothing to do")
         _require(e.novelty_at in ("after", "before"), f"novelty_at={e.novelty_at!r}")
         _require(e.features in FEATURES, f"features={e.features!r}: allowed {FEATURES}")
@@ -117,7 +117,7 @@ class ExTra(Explorer):
         _require(e.min_gap >= 1 and e.max_cuts >= 1, "min_gap and max_cuts must be >= 1")
         _require(e.max_prefixes >= 1 and e.queue >= 1, "max_prefixes and queue must be >= 1")
         _require(0 <= e.guided_frac <= 1, f"guided_frac={e.guided_frac}: must be in [0, 1]")
-        if e.regen and run.rollout.dynamic_sampling:
+        if e.regen and spec.rollout.dynamic_sampling:
             warnings.warn(
                 "ExTra-R with dynamic sampling mines only the groups the filter keeps "
                 "(all-wrong ones are dropped before regeneration sees them)",
@@ -282,7 +282,7 @@ class ExTra(Explorer):
             r = rows[int(np.argmin(mte))]
             resp, ent = tokens[r][mask[r]], entropy[r][mask[r]]
             cuts = select_cuts(np.flatnonzero(self.ends_line(ctx.tok, resp)), e.min_gap, e.max_cuts)
-            room = ctx.settings.max_prompt_len - int(np.sum(rollouts.prompt_mask[i]))
+            room = ctx.spec.rollout.max_prompt_len - int(np.sum(rollouts.prompt_mask[i]))
             cuts = cuts[cuts + 1 <= room]  # a guided prompt must fit rollout.max_prompt_len
             if not len(cuts):
                 continue

@@ -10,35 +10,41 @@ import json
 import os
 
 import jax
+import optax
 
 from explore_rl import checkpoint as checkpoint_lib
-from explore_rl import config as config_lib
 from explore_rl import parallel
+from explore_rl.evaluation.evaluate import evaluate_policy, fit_held_out, run_keys
 from explore_rl.exploration import base as exploration
 from explore_rl.hoststate import HostState
-from explore_rl.train.build import Run, size_evaluation
-from explore_rl.train.steps import run_evaluation
+from explore_rl.sampling.engine import AUTO
+from explore_rl.spec import RunSpec, replace
+from explore_rl.train import sizing
 
 
-def run_eval(c, workdir: str | None) -> dict:
+def run_eval(spec: RunSpec, workdir: str | None) -> dict:
     """--mode eval: the model, or a run's checkpoint (`eval.checkpoint`, `eval.step`), on the
     held-out benchmarks; writes eval.json and eval_responses.jsonl (every response with its
     extracted answer) to `workdir`. Only the params (and the eval config's explorers' state,
     for methods that act at test time) are restored: no optimizer state is allocated, and
     the training run's methods need not be in the eval config."""
-    spec = config_lib.spec(c)
     explorers = exploration.build(spec)
     # one writer per work directory, checked now, not after the whole evaluation
     with checkpoint_lib.only_writer(workdir, take=bool(workdir) and parallel.is_main_process()):
         return _evaluate(spec, explorers, workdir)
 
 
-def _evaluate(spec, explorers: list, workdir: str | None) -> dict:
-    mesh = config_lib.mesh(spec.mesh)
-    params, cfg, tok = config_lib.load_policy(spec.model, spec.seed, parallel.placer(mesh))
-    run = Run.create(spec, explorers, cfg, tok, verifier=None, mesh=mesh)
-    size_evaluation(run, dict(mesh.shape))  # conservative: counts optimizer moments too
-    states = {ex.name: ex.template(run.context(params, 0)) for ex in run.explorers}
+def _evaluate(spec: RunSpec, explorers: list, workdir: str | None) -> dict:
+    mesh = spec.mesh.make()
+    params, cfg, tok = spec.model.load(spec.seed, parallel.placer(mesh))
+    spec = spec.with_stop_ids(tok.stop_ids)
+    test_sets, longest = fit_held_out(spec, tok, spec.problems()[1])
+    if spec.rollout.engine.slots == AUTO:  # the most that fit beside the params alone
+        variant = sizing.eval_variant(spec)
+        n = sizing.fit_slots(variant, cfg, dict(mesh.shape), optax.identity(), longest, explorers)
+        spec = replace(spec, **{"eval.engine.slots": n})
+    ctx = exploration.StepContext(params, cfg, tok, spec, 0)
+    states = {ex.name: ex.template(ctx) for ex in explorers}
     step, folder = 0, None
     if spec.eval.checkpoint:
         folder, step = checkpoint_lib.locate(spec.eval.checkpoint, spec.eval.step)
@@ -50,35 +56,38 @@ def _evaluate(spec, explorers: list, workdir: str | None) -> dict:
             restored = saved["explorers"][n]
             states[n] = {**states[n], **restored} if isinstance(states[n], dict) else restored
     records = []
-    with config_lib.verifier(spec.reward) as run.verifier, parallel.use(mesh):
-        results = run_evaluation(run, params, states, step, records)
+    with spec.reward.verifier() as verifier, parallel.use(mesh):
+        key = jax.random.fold_in(run_keys(spec.seed)[1], step)
+        results = evaluate_policy(
+            params, cfg, tok, spec, test_sets, verifier, key, explorers, states, step, records
+        )
     if workdir and parallel.is_main_process():
         # the responses first, then eval.json all or nothing: its presence means the whole
         # evaluation was written (a study reads it as "this run is evaluated")
         with open(os.path.join(workdir, "eval_responses.jsonl"), "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
-        checkpoint_lib.write_json(
-            os.path.join(workdir, "eval.json"), {**_evaluated(run, folder, step), **results}, 2
-        )
+        evaluated = _evaluated(spec, test_sets, folder, step)
+        checkpoint_lib.write_json(os.path.join(workdir, "eval.json"), {**evaluated, **results}, 2)
     return results
 
 
-def _evaluated(run: Run, folder: str | None, step: int) -> dict:
+def _evaluated(spec: RunSpec, test_sets: dict, folder: str | None, step: int) -> dict:
     """What an evaluation evaluated, beside its results: the checkpoint (or the model), the
     benchmarks and how many of each one's questions, and how it sampled."""
-    s, e = run.spec, run.spec.eval
+    e = spec.eval
     return {
         "step": step,
         "checkpoint": os.path.join(folder, str(step)) if folder else None,
-        "model": s.model.random_init or s.model.path,
-        "task": {"name": s.task.name, "preset": s.task.preset, "test_paths": s.task.test_paths},
+        "model": spec.model.random_init or spec.model.path,
+        "task": {"name": spec.task.name, "preset": spec.task.preset,
+                 "test_paths": spec.task.test_paths},
         "benchmarks": {
             name: {"questions": min(e.num_prompts or len(p), len(p)), "of": len(p)}
-            for name, p in run.test_sets.items()
+            for name, p in test_sets.items()
         },
-        "sampling": {"samples": e.samples, "temperature": e.temperature, "top_p": e.top_p,
-                     "max_new_tokens": e.max_new_tokens},
-        "methods": [n for n, _ in s.methods],
+        "sampling": {"samples": e.samples, "temperature": e.temperature,
+                     "top_p": e.sampling.top_p, "max_new_tokens": e.sampling.max_new_tokens},
+        "methods": [n for n, _ in spec.methods],
     }  # fmt: skip
 
 

@@ -23,10 +23,10 @@ import os
 import jax
 
 from explore_rl import checkpoint as checkpoint_lib
-from explore_rl import config as config_lib
 from explore_rl import parallel
 from explore_rl.models import presets, weights
 from explore_rl.models.transformer import init_params
+from explore_rl.spec import RunSpec
 
 
 def source_dtype(folder: str) -> str:
@@ -41,31 +41,31 @@ def source_dtype(folder: str) -> str:
     return dtype if dtype in ("float32", "bfloat16", "float16") else "float32"
 
 
-def trained_params(c, mesh):
+def trained_params(spec: RunSpec, mesh):
     """(params, cfg, step): `eval.checkpoint`'s params at `export.step` (0 = newest), read
     into their shards without loading the original weights, or the model itself."""
-    if not c.eval.checkpoint:
-        model = config_lib.model_settings(c)
-        params, cfg, _ = config_lib.load_policy(model, c.seed, parallel.placer(mesh))
+    m = spec.model
+    if not spec.eval.checkpoint:
+        params, cfg, _ = m.load(spec.seed, parallel.placer(mesh))
         return params, cfg, 0
-    dtypes = dict(param_dtype=c.model.param_dtype, dtype=c.model.dtype)
-    if c.model.random_init:
-        vocab = weights.load_tokenizer(c.model.path).vocab_size
-        cfg = presets.get_preset(c.model.random_init, vocab_size=vocab, **dtypes)
+    dtypes = dict(param_dtype=m.param_dtype, dtype=m.dtype)
+    if m.random_init:
+        vocab = weights.load_tokenizer(m.path).vocab_size
+        cfg = presets.get_preset(m.random_init, vocab_size=vocab, **dtypes)
     else:
-        cfg = presets.from_hf_config(weights.model_folder(c.model.path), **dtypes)
+        cfg = presets.from_hf_config(weights.model_folder(m.path), **dtypes)
     abstract = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
     like = jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
         abstract,
         parallel.param_shardings(abstract, mesh),
     )
-    folder, step = checkpoint_lib.locate(c.eval.checkpoint, c.export.step, "export.step")
+    folder, step = checkpoint_lib.locate(spec.eval.checkpoint, spec.export.step, "export.step")
     saved = checkpoint_lib.restore_subset(folder, step, {"state": {"params": like}})
     return saved["state"]["params"], cfg, step
 
 
-def run_export(c, workdir: str | None) -> str:
+def run_export(spec: RunSpec, workdir: str | None) -> str:
     """Write the HF folder to `workdir`; returns its path."""
     if not workdir:
         raise ValueError("--mode export needs --workdir (the folder to write)")
@@ -74,11 +74,12 @@ def run_export(c, workdir: str | None) -> str:
     run = checkpoint_lib.enclosing_run(workdir)
     if run:  # a folder among its checkpoints would break its resume and evaluation
         raise ValueError(f"--workdir {workdir}: inside the run directory {run}; export elsewhere")
-    source = weights.model_folder(c.model.path)
-    dtype = c.export.dtype or source_dtype(source)
-    mesh = config_lib.mesh(config_lib.mesh_settings(c))
-    params, cfg, step = trained_params(c, mesh)
-    weights.save_hf(workdir, params, cfg, dtype, int(c.export.max_shard_gb * 2**30))
-    weights.copy_tokenizer(c.model.path, workdir)
-    print(f"exported step {step} of {c.eval.checkpoint or c.model.path} ({dtype}) to {workdir}")
+    source = weights.model_folder(spec.model.path)
+    dtype = spec.export.dtype or source_dtype(source)
+    mesh = spec.mesh.make()
+    params, cfg, step = trained_params(spec, mesh)
+    weights.save_hf(workdir, params, cfg, dtype, int(spec.export.max_shard_gb * 2**30))
+    weights.copy_tokenizer(spec.model.path, workdir)
+    named = spec.eval.checkpoint or spec.model.path
+    print(f"exported step {step} of {named} ({dtype}) to {workdir}")
     return workdir

@@ -19,17 +19,18 @@ import jax.numpy as jnp
 import optax
 
 from explore_rl import checkpoint, parallel
-from explore_rl import config as config_lib
 from explore_rl.data import jsonl
 from explore_rl.sampling import engine, sampler
+from explore_rl.sampling.engine import AUTO
+from explore_rl.spec import RunSpec
 from explore_rl.train import sizing
 
 
-def load_prompts(config) -> list[tuple[str, str | None]]:
+def load_prompts(spec: RunSpec) -> list[tuple[str, str | None]]:
     """(prompt, reference answer or None) pairs from the prompt file or the task."""
-    s = config.sample
+    s = spec.sample
     if not s.prompt_file:
-        _, benchmarks = config_lib.load_problems(config_lib.spec(config))
+        _, benchmarks = spec.problems()
         if not benchmarks:
             raise ValueError("--mode sample: give sample.prompt_file or task.test_paths")
         problems = next(iter(benchmarks.values()))[: s.num_prompts]
@@ -53,50 +54,47 @@ def load_prompts(config) -> list[tuple[str, str | None]]:
     return out
 
 
-def engine_for(config, cfg, rows: list[list[int]], axis_sizes: dict, capacity=None):
+def engine_for(spec: RunSpec, cfg, rows: list[list[int]], axis_sizes: dict, capacity=None):
     """The decode schedule: with `rollout.slots = "auto"`, the most slots that fit a device
     for these prompts (`sizing.sample_variant`: no optimizer state is resident), else the
     config's."""
-    engine_config = config_lib.engine_config(config)
-    if config.rollout.slots != "auto":
-        return engine_config
-    s = config.sample
+    if spec.rollout.engine.slots != AUTO:
+        return spec.rollout.engine
+    s = spec.sample
     variant = sizing.sample_variant(
-        config_lib.spec(config), len(rows), s.samples_per_prompt, s.max_new_tokens
+        spec, len(rows), s.samples_per_prompt, s.sampling.max_new_tokens
     )
     longest = max(map(len, rows))
     n = sizing.fit_slots(variant, cfg, axis_sizes, optax.identity(), longest, [], capacity)
-    return dataclasses.replace(engine_config, slots=n)
+    return dataclasses.replace(spec.rollout.engine, slots=n)
 
 
-def run_sample(config, workdir: str | None) -> list[dict]:
-    config_lib.validate_sample(config)
-    prompts = load_prompts(config)  # a bad prompt file is said before the model is read
+def run_sample(spec: RunSpec, workdir: str | None) -> list[dict]:
+    prompts = load_prompts(spec)  # a bad prompt file is said before the model is read
     run = workdir and checkpoint.enclosing_run(workdir)
     if run:  # its config.json would be replaced by this one
         raise ValueError(f"--workdir {workdir}: inside the run directory {run}; sample elsewhere")
     with checkpoint.only_writer(workdir, take=bool(workdir) and parallel.is_main_process()):
-        return _sample(config, prompts, workdir)
+        return _sample(spec, prompts, workdir)
 
 
-def _sample(config, prompts: list, workdir: str | None) -> list[dict]:
+def _sample(spec: RunSpec, prompts: list, workdir: str | None) -> list[dict]:
     start = time.perf_counter()
-    mesh = config_lib.mesh(config_lib.mesh_settings(config))  # rows over every device
-    model = config_lib.model_settings(config)
-    params, cfg, tok = config_lib.load_policy(model, config.seed, parallel.placer(mesh))
+    mesh = spec.mesh.make()  # rows over every device
+    params, cfg, tok = spec.model.load(spec.seed, parallel.placer(mesh))
+    spec = spec.with_stop_ids(tok.stop_ids)
     say = print if parallel.is_main_process() else lambda *_: None  # one process speaks
     say(
-        f"loaded {config.model.path} ({cfg.family}, {cfg.num_params() / 1e6:.0f}M params) "
+        f"loaded {spec.model.path} ({cfg.family}, {cfg.num_params() / 1e6:.0f}M params) "
         f"in {time.perf_counter() - start:.1f}s"
     )
-    s = config.sample
-    fmt = config_lib.prompt_format(config)
+    s = spec.sample
+    fmt = spec.prompt
     if s.prompt_file:  # the file's prompts as written: the task's instruction is the task's
         fmt = dataclasses.replace(fmt, instruction="")
     rows = [tok.encode(fmt.text(tok, p)) for p, _ in prompts]
     tokens, mask = sampler.left_pad(rows, tok.pad_id)
     g, n = s.samples_per_prompt, len(rows)
-    sc = config_lib.sampling_config(config, tok.stop_ids, "sample")
     start = time.perf_counter()
     with parallel.use(mesh):
         out, stats = engine.generate(
@@ -104,10 +102,10 @@ def _sample(config, prompts: list, workdir: str | None) -> list[dict]:
             cfg,
             tokens,
             mask,
-            jax.random.key(config.seed),
-            jnp.full((n * g, s.max_new_tokens), s.temperature),
-            sc,
-            engine_for(config, cfg, rows, dict(mesh.shape)),
+            jax.random.key(spec.seed),
+            jnp.full((n * g, s.sampling.max_new_tokens), s.temperature),
+            s.sampling,
+            engine_for(spec, cfg, rows, dict(mesh.shape)),
         )
     seconds = time.perf_counter() - start
     samples = []
@@ -124,7 +122,7 @@ def _sample(config, prompts: list, workdir: str | None) -> list[dict]:
     if workdir and parallel.is_main_process():
         os.makedirs(os.path.join(workdir, "samples"), exist_ok=True)
         with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(config_lib.resolved(config).to_json(indent=2))
+            json.dump(spec.record, f, indent=2)
         with open(os.path.join(workdir, "samples", "sample.jsonl"), "w") as f:
             f.writelines(json.dumps(x) + "\n" for x in samples)
     return samples

@@ -47,19 +47,6 @@ class Rollouts:
         return self.rewards.shape[1]
 
 
-@dataclasses.dataclass(frozen=True)
-class RolloutSettings:
-    """What generation takes from a run's config, built once (`config.rollout_settings`)."""
-
-    prompt: PromptFormat  # how a question becomes the prompt
-    max_prompt_len: int  # longer prompts are dropped when the data is loaded (`fit_prompts`)
-    sampling: sampler.SamplingConfig
-    extractors: tuple[str, ...]  # answer extraction, in order (majority vote at eval)
-    reward: Reward  # its functions run in the verifier's workers
-    format_weight: float = 0.0  # reward += weight x (answer in \\boxed{})
-    engine: engine_lib.EngineConfig = engine_lib.EngineConfig()  # decode slots, chunk
-
-
 def encode(tok: Tokenizer, problems: list[Problem], fmt: PromptFormat, max_len: int):
     """Left-padded prompt rows: the prompt format's text (the chat template up to the
     assistant turn), then any response prefix of the problem."""
@@ -138,11 +125,20 @@ def generate(
     plan: RolloutPlan,
     rng,
     verifier: Verifier,
-    settings: RolloutSettings,
+    *,
+    sampling: sampler.SamplingConfig,
+    engine: engine_lib.EngineConfig,
+    prompt: PromptFormat,
+    max_prompt_len: int,
+    reward: Reward,
+    format_weight: float = 0.0,
 ) -> Rollouts:
-    """Sample G = B / Q responses to each of the plan's Q problems and score them."""
+    """Sample G = B / Q responses to each of the plan's Q problems and score them: the
+    questions as `prompt` renders them, sampled by `sampling` over `engine`'s decode
+    slots, rewarded by `reward`'s functions (in the verifier's workers) plus
+    `format_weight` x (the answer in \\boxed{}). A run's settings: `RunSpec.generation`."""
     problems = plan.problems
-    prompts, mask = encode(tok, problems, settings.prompt, settings.max_prompt_len)
+    prompts, mask = encode(tok, problems, prompt, max_prompt_len)
     prompt_of, rows = prefill_layout(len(problems), plan.temperature.shape[0], plan.route)
     out, stats = engine_lib.generate(
         params,
@@ -151,8 +147,8 @@ def generate(
         jnp.asarray(mask[prompt_of]),
         rng,
         plan.temperature,
-        settings.sampling,
-        settings.engine,
+        sampling,
+        engine,
         plan.interventions,
         None if rows is None else jnp.asarray(rows),
     )
@@ -165,9 +161,9 @@ def generate(
         for i, (t, k) in enumerate(zip(tokens, keep))
     ]
     items = [(t, problems[i // g]) for i, t in enumerate(texts)]
-    scored = settings.reward.score(verifier, items)
+    scored = reward.score(verifier, items)
     shape = (len(problems), g)
-    rewards = scored.total.reshape(shape) + settings.format_weight * np.asarray(
+    rewards = scored.total.reshape(shape) + format_weight * np.asarray(
         [format_reward(t) for t in texts], np.float32
     ).reshape(shape)
     return Rollouts(

@@ -50,19 +50,24 @@ from explore_rl.models.transformer import Interventions
 from explore_rl.sampling import sampler
 from explore_rl.sampling.sampler import Samples, SamplingConfig
 
+AUTO = "auto"
+
 
 @dataclasses.dataclass(frozen=True)
 class EngineConfig:
     """How a batch is scheduled (results never depend on it; speed and memory do)."""
 
-    slots: int = 0  # S decode slots; 0 or >= the batch's rows: every row at once
+    # S decode slots; 0 or >= the batch's rows: every row at once; "auto": to be sized
+    # for the device (a run's start does: `train.sizing`), not yet a schedule
+    slots: int | str = 0
     chunk: int = 16  # N: most decode steps between refills
 
     def __post_init__(self):
-        if self.slots < 0 or self.chunk < 1:
+        counted = isinstance(self.slots, int) and not isinstance(self.slots, bool)
+        if not (self.slots == AUTO or (counted and self.slots >= 0)) or self.chunk < 1:
             raise ValueError(
-                f"slots={self.slots} must be >= 0 (0: every row at once) and "
-                f"chunk={self.chunk} >= 1"
+                f"slots={self.slots!r} must be a count >= 0 (0: every row at once) or "
+                f"'auto', and chunk={self.chunk} >= 1"
             )
 
 
@@ -129,6 +134,8 @@ def generate(
     """`sampler.sample`'s rollout of every row of `temperature` [B, T] (same arguments,
     same result), scheduled over `engine.slots` decode slots; and what the call did."""
     b, n_new = temperature.shape
+    if engine.slots == AUTO:
+        raise ValueError("rollout.slots='auto' is sized when a run starts; give a count here")
     steer = None if interventions is None else interventions.steer
     sampler.check_prefill_rows(
         prompts.shape[0],

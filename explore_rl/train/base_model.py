@@ -59,11 +59,12 @@ def build(sft_config) -> str:
         if os.path.isdir(final):  # another process built it while this one waited
             return final
         logging.warning("base model %s: training it once (%s)", name, final + ".run")
-        progress = sft.train_sft(sft_config, final + ".run")
-        model = config_lib.model_settings(sft_config)
+        spec = config_lib.spec(sft_config, sft=True)
+        progress = sft.train_sft(spec, final + ".run")
+        model = spec.model
 
         def write(folder: str) -> None:
-            cfg, _ = config_lib.model_spec(model)
+            cfg, _ = model.config()
             weights.save_hf(folder, progress.state.params, cfg, "float32", 2**31)
             weights.copy_tokenizer(model.path, folder)
             with open(os.path.join(folder, config_lib.RECIPE_FILE), "w") as f:

@@ -25,10 +25,10 @@ from flax import struct
 from jax.sharding import Mesh
 
 from explore_rl import checkpoint as checkpoint_lib
-from explore_rl import config as config_lib
 from explore_rl import memory, parallel
 from explore_rl.checkpoint import Checkpointer
 from explore_rl.data import sharded, tasks
+from explore_rl.evaluation.evaluate import fit_held_out, run_keys
 from explore_rl.exploration import base as exploration
 from explore_rl.logs import flatten
 from explore_rl.models.presets import ModelConfig
@@ -38,7 +38,7 @@ from explore_rl.rl import footprint
 from explore_rl.rl import rollout as rollout_lib
 from explore_rl.rl.train_step import TrainState, init_state, make_optimizer
 from explore_rl.sampling import engine as engine_lib
-from explore_rl.spec import RunSpec
+from explore_rl.spec import RUN_SETTINGS, RunSpec
 from explore_rl.train import sizing
 
 
@@ -64,7 +64,6 @@ class Run:
     verifier: Verifier
     key: jax.Array  # step s samples with fold_in(key, s)
     eval_key: jax.Array  # evaluation after step s: fold_in(eval_key, s)
-    settings: rollout_lib.RolloutSettings  # how training rollouts are drawn and rewarded
     explorers: list = dataclasses.field(default_factory=list)
     ref_params: dict | None = None  # frozen reference policy, when rl.kl_coef > 0
     workdir: str | None = None
@@ -72,7 +71,6 @@ class Run:
     longest_prompt: int = 0  # tokens of the longest training prompt
     longest_eval_prompt: int = 0  # of the longest held-out one
     memory_estimate: footprint.Footprint | None = None  # per device, made at start
-    eval_engine: engine_lib.EngineConfig | None = None  # sized at start; None: the config's
 
     @classmethod
     def create(
@@ -80,26 +78,23 @@ class Run:
     ) -> Run:
         """The run of `spec` with its `explorers` (`exploration.build`): its problems (each
         process reads its shard of the training file), optimizer and keys."""
-        settings = spec.rollout_settings(tok)
         fit = functools.partial(  # over-long prompts found now, not at the step drawing one
-            rollout_lib.fit_prompts, tok, fmt=settings.prompt, max_len=settings.max_prompt_len,
+            rollout_lib.fit_prompts, tok, fmt=spec.prompt, max_len=spec.rollout.max_prompt_len,
             policy=spec.task.long_prompts,
         )  # fmt: skip
         shard = tasks.Shard(jax.process_index(), jax.process_count())
         local, test_sets, longest, eval_longest, error = [], {}, 0, 0, None
         try:
-            local, test_sets = config_lib.load_problems(spec, shard)
+            local, test_sets = spec.problems(shard)
             name = "train" if shard.count == 1 else f"train (process {shard.index}'s shard)"
             local, longest = fit(local, name=name, whole=shard.count == 1)
-            fitted = {n: fit(problems, name=n) for n, problems in test_sets.items()}
-            test_sets = {n: kept for n, (kept, _) in fitted.items()}
-            eval_longest = max((n for _, n in fitted.values()), default=0)
+            test_sets, eval_longest = fit_held_out(spec, tok, test_sets)
         except Exception as e:  # noqa: BLE001 - said by every process, none left waiting
             if shard.count == 1:
                 raise
             error = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
         joined = sharded.Problems.join(local, shard, parallel.allgather_bytes, longest, error)
-        key, eval_key = jax.random.split(jax.random.key(spec.seed))
+        key, eval_key = run_keys(spec.seed)
         return cls(
             spec=spec,
             cfg=cfg,
@@ -113,7 +108,6 @@ class Run:
             explorers=explorers,
             workdir=workdir,
             mesh=mesh,
-            settings=settings,
             longest_prompt=joined.longest,
             longest_eval_prompt=eval_longest,
         )
@@ -128,7 +122,6 @@ class Run:
             self.train_set,
             self.verifier,
             self.workdir,
-            self.settings,
         )
 
 
@@ -143,14 +136,14 @@ def start(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mesh
         check_same_run(spec, workdir)
         check_kept(spec, ckpt)
     memory.trim_after_compiles()
-    cfg, tok = config_lib.model_spec(spec.model)
+    cfg, tok = spec.model.config()
     if cfg.param_dtype == "bfloat16":  # bfloat16 keeps 8 significant bits
         logging.warning(
             "model.param_dtype=bfloat16: an optimizer step of ~optim.lr=%g is rounded away "
             "on every weight above ~%.2g; train float32 weights (model.dtype=bfloat16 keeps "
             "the matmuls in bfloat16)", spec.optim.lr, 256 * spec.optim.lr,
         )  # fmt: skip
-    run = Run.create(spec, explorers, cfg, tok, verifier, workdir, mesh=mesh)
+    run = Run.create(spec.with_stop_ids(tok.stop_ids), explorers, cfg, tok, verifier, workdir, mesh)
     if not run.train_set:
         raise ValueError(
             f"task {spec.task.name!r} has no training problems: set task.train_path "
@@ -158,31 +151,24 @@ def start(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mesh
             "that some of its rows have a question and an answer and fit "
             "rollout.max_prompt_len"
         )
-    sized, run.memory_estimate = sizing.size(
-        spec, cfg, dict(mesh.shape), run.optimizer, run.longest_prompt, run.explorers
-    )
+    run.spec, run.memory_estimate = sizing.size(
+        run.spec, cfg, dict(mesh.shape), run.optimizer, run.longest_prompt, run.explorers,
+        longest_eval_prompt=run.longest_eval_prompt if run.test_sets else None,
+    )  # fmt: skip
     main = parallel.is_main_process()
-    if spec.rollout.slots == "auto":  # the most slots that fit, up to every row at once
-        slots = sized.rollout.slots
-        run.settings = dataclasses.replace(
-            run.settings, engine=dataclasses.replace(run.settings.engine, slots=slots)
-        )
-        size_evaluation(run, dict(mesh.shape))
-        if main:
-            evaluating = "" if run.eval_engine is None else (
-                f" (evaluation: {run.eval_engine.slots or 'every row of a batch at once'})"
-            )  # fmt: skip
-            print(f"rollout.slots=auto: {slots or 'every row at once'}{evaluating}",
-                  file=sys.stderr)  # fmt: skip
+    if main and spec.rollout.engine.slots == engine_lib.AUTO:
+        slots, evaluating = run.spec.rollout.engine.slots, run.spec.eval.engine.slots
+        print(f"rollout.slots=auto: {slots or 'every row at once'} (evaluation: "
+              f"{evaluating or 'every row of a batch at once'})", file=sys.stderr)  # fmt: skip
     if main:
         print(what_runs(run, workdir, step), file=sys.stderr)
         print(run.memory_estimate.summary(), file=sys.stderr)
     if spec.train.check_memory:  # before the weights are read
         sizing.check(
-            sized, cfg, dict(mesh.shape), run.optimizer, run.longest_prompt, run.explorers,
+            run.spec, cfg, dict(mesh.shape), run.optimizer, run.longest_prompt, run.explorers,
             run.memory_estimate,
         )  # fmt: skip
-    params = config_lib.load_params(spec.model, spec.seed, cfg, parallel.placer(mesh))
+    params = spec.model.load_params(spec.seed, cfg, parallel.placer(mesh))
     run.ref_params = jax.tree.map(jnp.copy, params) if spec.loss.kl_coef else None
     state = parallel.create(init_state, mesh, params, run.optimizer)
     return run, _resume(run, ckpt, step, state, mesh), ckpt
@@ -204,19 +190,6 @@ def _resume(run: Run, ckpt: Checkpointer, step: int, state, mesh: Mesh) -> Progr
     return placed(Progress(state, jnp.zeros((), jnp.int32), states), mesh)
 
 
-def size_evaluation(run: Run, axis_sizes: dict) -> None:
-    """With `rollout.slots = "auto"`, the held-out evaluation's decode slots too: the most
-    that fit a device beside what stays resident, for one evaluation batch of the
-    longest held-out prompt (`sizing.eval_variant`; was: every row of a batch at once)."""
-    if run.spec.rollout.slots != "auto" or not run.test_sets:
-        return
-    n = sizing.fit_slots(
-        sizing.eval_variant(run.spec), run.cfg, axis_sizes, run.optimizer, run.longest_eval_prompt,
-        run.explorers,
-    )  # fmt: skip
-    run.eval_engine = dataclasses.replace(run.settings.engine, slots=n)
-
-
 def what_runs(run: Run, workdir: str, step: int) -> str:
     """What the run will use, said at start: the model (a path, or a random shape), the
     task's data and held-out sets with their sizes, the methods, the run directory."""
@@ -236,7 +209,7 @@ def what_runs(run: Run, workdir: str, step: int) -> str:
     resume = f"resuming after step {step}" if step else "new"
     every = s.train.eval_every
     evaluation = (
-        f"{evaluation_rows(run)} responses of up to {s.eval.max_new_tokens} tokens "
+        f"{evaluation_rows(run)} responses of up to {s.eval.sampling.max_new_tokens} tokens "
         f"(eval.samples={s.eval.samples} per question), every {every} steps and after the last"
         if every and run.test_sets else "off"
     )  # fmt: skip
@@ -263,9 +236,11 @@ def evaluation_time(run: Run, metrics: dict) -> str:
     prefill and decode, over every generation batch; evaluation batches of another size
     generate at another rate, so it is an estimate)."""
     r = run.spec.rollout
-    slots = r.prompts * r.group_size * r.max_new_tokens * metrics["rollout/generation_batches"]
+    slots = (
+        r.prompts * r.group_size * r.sampling.max_new_tokens * metrics["rollout/generation_batches"]
+    )
     rate = slots / (metrics["time/prefill_s"] + metrics["time/decode_s"])
-    seconds = evaluation_rows(run) * run.spec.eval.max_new_tokens / rate
+    seconds = evaluation_rows(run) * run.spec.eval.sampling.max_new_tokens / rate
     return (
         f"evaluation: about {seconds / 60:.1f} min each at this step's generation rate "
         f"({rate:.0f} response slots/s; eval.num_prompts and eval.samples size it)"
@@ -297,11 +272,11 @@ _SAME_RUN = ("seed", "model.", "task.", "rollout.", "rl.", "optim.", "exploratio
              "reward.name", "reward.fn", "reward.weights", "reward.extractors",
              "reward.format_weight")  # fmt: skip
 # How rollouts and updates are scheduled, not what they are: a resume may change it (less
-# memory, say; results move by float rounding at most).
+# memory, say; results move by float rounding at most): the decode slots, the update's
+# micro-batches, and how the model runs but for its dtypes.
 _SCHEDULING = (
-    "rollout.slots", "rollout.decode_chunk", "model.attention", "model.attention_block",
-    "model.remat", "model.scan_layers", "model.logits_chunk", "optim.micro_batches",
-    "optim.micro_batch_tokens",
+    "rollout.slots", "rollout.decode_chunk", "optim.micro_batches", "optim.micro_batch_tokens",
+    *(f"model.{k}" for k in RUN_SETTINGS if not k.endswith("dtype")),
 )  # fmt: skip
 
 

@@ -21,7 +21,6 @@ from jax.sharding import Mesh
 from tqdm import tqdm
 
 from explore_rl import checkpoint as checkpoint_lib
-from explore_rl import config as config_lib
 from explore_rl import parallel
 from explore_rl.evaluation.evaluate import Stopped
 from explore_rl.exploration import base as exploration
@@ -32,11 +31,9 @@ from explore_rl.train.build import evaluation_time, start
 from explore_rl.train.steps import run_evaluation, train_one_step
 
 
-def train(c, workdir: str):
-    """The run of config `c` in `workdir`: its spec and explorers resolved and checked
-    before the work directory is made or locked (a `model.base` already built:
-    `base_model.resolve`)."""
-    spec = config_lib.spec(c)
+def train(spec: RunSpec, workdir: str):
+    """The GRPO run of `spec` in `workdir`: its explorers built and checked before the work
+    directory is made or locked."""
     return run(spec, exploration.build(spec), workdir, rl_step)
 
 
@@ -50,12 +47,12 @@ def run(spec: RunSpec, explorers: list, workdir: str, step_fn):
     """The loop of `spec` in `workdir` with `step_fn(run, progress, step) -> (progress,
     metrics, samples)` a step (GRPO's `rl_step`, supervised fine-tuning's `sft.SftStep`):
     logs, checkpoints, evaluations, resume and stop signals are the same for both."""
-    mesh = config_lib.mesh(spec.mesh)
+    mesh = spec.mesh.make()
     if parallel.is_main_process():  # the one that logs
         check_wandb(spec.wandb)
     with (
         checkpoint_lib.only_writer(workdir, take=parallel.is_main_process()),
-        config_lib.verifier(spec.reward) as verifier,
+        spec.reward.verifier() as verifier,
         parallel.use(mesh),
     ):
         return _train(spec, explorers, workdir, verifier, mesh, step_fn)

@@ -16,7 +16,6 @@ the command continues exactly.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import time
@@ -25,32 +24,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from explore_rl import config as config_lib
 from explore_rl import parallel
 from explore_rl.data import sharded
 from explore_rl.rl import rollout as rollout_lib
-from explore_rl.rl.losses import LossConfig
 from explore_rl.rl.train_step import Batch
-from explore_rl.spec import RunSpec, replace
+from explore_rl.spec import RunSpec
 from explore_rl.train import loop, steps
 from explore_rl.train.build import Progress, Run, placed
 
 
-def resolve(c) -> RunSpec:
-    """Config `c`'s run spec as supervised fine-tuning runs it: `sft.batch_size` prompts of
-    one response each, one optimizer pass a batch (the update's micro-batches checked
-    against it, not against the RL batch), the loss the responses' NLL; the memory
-    estimate and the update both read it."""
-    c = copy.deepcopy(c)
-    c.rollout.prompts, c.rl.minibatches, c.rl.ppo_epochs = c.sft.batch_size, 1, 1
-    spec = replace(config_lib.spec(c), **{"rollout.group_size": 1})
-    nll = LossConfig(policy="nll", aggregation="token_mean", max_response_len=0)
-    return dataclasses.replace(spec, loss=nll)
-
-
-def train_sft(c, workdir: str):
-    """The supervised run of config `c` in `workdir` (rerun to resume)."""
-    return loop.run(resolve(c), [], workdir, SftStep())
+def train_sft(spec: RunSpec, workdir: str):
+    """The supervised run of `spec` (`config.spec(c, sft=True)`) in `workdir` (rerun to
+    resume)."""
+    return loop.run(spec, [], workdir, SftStep())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +50,7 @@ class Examples:
 def examples(run: Run) -> Examples:
     """The run's training examples (module docstring); the count of problems without a
     solution, or with one longer than the limit, said."""
-    tok, limit = run.tok, run.spec.rollout.max_new_tokens
+    tok, limit = run.tok, run.spec.rollout.sampling.max_new_tokens
     problems, responses, unsolved, long = [], [], 0, 0
     for p in sharded.take(run.train_set, range(len(run.train_set))):
         ids = tok.encode(p.solution) + [tok.eos_id]
@@ -88,9 +74,9 @@ def make_batch(run: Run, ex: Examples, indices) -> Batch:
     right-padded to `rollout.max_new_tokens`, every row weighted 1."""
     problems = [ex.problems[i] for i in indices]
     prompts, prompt_mask = rollout_lib.encode(
-        run.tok, problems, run.settings.prompt, run.settings.max_prompt_len
+        run.tok, problems, run.spec.prompt, run.spec.rollout.max_prompt_len
     )
-    t, rows = run.spec.rollout.max_new_tokens, [ex.responses[i] for i in indices]
+    t, rows = run.spec.rollout.sampling.max_new_tokens, [ex.responses[i] for i in indices]
     tokens = np.full((len(rows), t), run.tok.pad_id, np.int32)
     mask = np.zeros((len(rows), t), bool)
     for r, ids in enumerate(rows):

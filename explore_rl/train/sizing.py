@@ -15,6 +15,7 @@ from explore_rl import parallel
 from explore_rl.exploration import base as exploration
 from explore_rl.rl import footprint
 from explore_rl.sampling import sampler
+from explore_rl.sampling.engine import AUTO
 from explore_rl.spec import RunSpec, replace
 
 GIB = footprint.GIB
@@ -25,10 +26,10 @@ def step_sizes(spec: RunSpec, longest_prompt: int, axis_sizes: dict | None = Non
     mesh of `axis_sizes` (the batch shards a token budget's micro-batch is cut for), its
     update's micro-batch at `length` tokens (0: the longest)."""
     rows = spec.rollout.prompts * spec.rollout.group_size
-    n_slots = 0 if spec.rollout.slots == "auto" else spec.rollout.slots
+    n_slots = 0 if spec.rollout.engine.slots == AUTO else spec.rollout.engine.slots
     slotted = 0 < n_slots < rows
     prompt_len = sampler.bucket(max(longest_prompt, 1))
-    g, t = spec.rollout.group_size, spec.rollout.max_new_tokens
+    g, t = spec.rollout.group_size, spec.rollout.sampling.max_new_tokens
     groups = spec.rollout.prompts // spec.update.minibatches  # an optimizer step's
     length = length or t
     if spec.optim.micro_batch_tokens:  # `train_step.plan_micro_batches`' groups at `length`
@@ -76,7 +77,8 @@ def eval_variant(spec: RunSpec) -> RunSpec:
     e = spec.eval
     return replace(spec, **{
         "rollout.prompts": e.batch_prompts, "rollout.group_size": e.samples,
-        "rollout.max_new_tokens": e.max_new_tokens, "rollout.slots": "auto",
+        "rollout.sampling.max_new_tokens": e.sampling.max_new_tokens,
+        "rollout.engine.slots": AUTO,
         "update.minibatches": 1, "optim.micro_batches": 1, "optim.micro_batch_tokens": 0,
     })  # fmt: skip
 
@@ -87,7 +89,7 @@ def sample_variant(spec: RunSpec, prompts: int, samples: int, max_new_tokens: in
     optimizer, no reference model)."""
     return replace(spec, **{
         "rollout.prompts": prompts, "rollout.group_size": samples,
-        "rollout.max_new_tokens": max_new_tokens, "rollout.slots": "auto",
+        "rollout.sampling.max_new_tokens": max_new_tokens, "rollout.engine.slots": AUTO,
         "update.minibatches": 1, "loss.kl_coef": 0.0, "optim.micro_batches": 1,
         "optim.micro_batch_tokens": 0,
     })  # fmt: skip
@@ -107,7 +109,7 @@ def fit_slots(spec, cfg, axis_sizes, optimizer, longest_prompt, explorers, capac
     shards = parallel.batch_shards(axis_sizes)
 
     def fits(n):  # the rollout's phase: the update's does not depend on the slots
-        v = replace(spec, **{"rollout.slots": n})
+        v = replace(spec, **{"rollout.engine.slots": n})
         e = estimate(v, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity)
         return e.resident + e.rollout <= SLOTS_HEADROOM * e.capacity
 
@@ -141,7 +143,7 @@ def fixes(spec, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=
             settings, cfg_ = ["model.remat=block"], remat
         else:
             one_group = sampler.bucket(max(longest_prompt, 1)) + spec.rollout.group_size * (
-                spec.rollout.max_new_tokens
+                spec.rollout.sampling.max_new_tokens
             )
             for b in (2**e for e in range(30, 0, -1) if 2**e >= one_group):
                 for name, candidate in (("", cfg), ("model.remat=block and ", remat)):
@@ -151,7 +153,7 @@ def fixes(spec, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=
                         v, cfg_ = budgeted, candidate
     if e.resident + e.rollout > e.capacity and (not settings or update_fits(v, cfg_)):
         n = fit_slots(v, cfg_, axis_sizes, optimizer, longest_prompt, explorers, capacity)
-        v = replace(v, **{"rollout.slots": n})
+        v = replace(v, **{"rollout.engine.slots": n})
         settings.append(f"rollout.slots={n}")
     found = []
     if settings and (together := est(v, cfg_)).fits:
@@ -172,9 +174,19 @@ def check(spec, cfg, axis_sizes, optimizer, longest_prompt, explorers, est) -> N
         )
 
 
-def size(spec, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=None):
-    """(`c` with `rollout.slots` a count: "auto" becomes `fit_slots`', the estimate of it)."""
-    if spec.rollout.slots == "auto":
-        n = fit_slots(spec, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity)
-        spec = replace(spec, **{"rollout.slots": n})
-    return spec, estimate(spec, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity)
+def size(
+    spec, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=None,
+    longest_eval_prompt=None,
+):  # fmt: skip
+    """(`spec` with its decode slots counts, its estimate): `rollout.slots = "auto"` becomes
+    `fit_slots`' for a training step and, when the run evaluates (`longest_eval_prompt`,
+    its longest held-out prompt), for one evaluation batch (`eval_variant`; else every row
+    of a batch at once). A count given is kept for both."""
+    args = (cfg, axis_sizes, optimizer)
+    if spec.rollout.engine.slots == AUTO:
+        n = fit_slots(spec, *args, longest_prompt, explorers, capacity)
+        m = 0 if longest_eval_prompt is None else fit_slots(
+            eval_variant(spec), *args, longest_eval_prompt, explorers, capacity
+        )  # fmt: skip
+        spec = replace(spec, **{"rollout.engine.slots": n, "eval.engine.slots": m})
+    return spec, estimate(spec, *args, longest_prompt, explorers, capacity)

@@ -17,7 +17,7 @@ import numpy as np
 from explore_rl import memory, parallel
 from explore_rl.data import sharded
 from explore_rl.evaluation import metrics as metrics_lib
-from explore_rl.evaluation.evaluate import evaluate
+from explore_rl.evaluation.evaluate import evaluate_policy
 from explore_rl.exploration import base as exploration
 from explore_rl.rewards.math import extract_answer
 from explore_rl.rl import advantages as advantages_lib
@@ -57,18 +57,13 @@ def collect(run: Run, progress: Progress, step: int):
     while len(kept) < q and batches < (r.max_generation_batches if r.dynamic_sampling else 1):
         plan_key, sample_key = jax.random.split(jax.random.fold_in(step_key, batches))
         plan = base_plan(
-            q * g, r.max_new_tokens, r.temperature, stream(run.train_set, s.seed, position, q)
-        )
+            q * g, r.sampling.max_new_tokens, r.temperature,
+            stream(run.train_set, s.seed, position, q),
+        )  # fmt: skip
         plan = exploration.plan(run.explorers, progress.explorers, plan, ctx, plan_key)
         position += q
         ro = rollout_lib.generate(
-            params,
-            run.cfg,
-            run.tok,
-            plan,
-            sample_key,
-            run.verifier,
-            run.settings,
+            params, run.cfg, run.tok, plan, sample_key, run.verifier, **s.generation()
         )
         batches, timeouts, errors = batches + 1, timeouts + ro.timeouts, errors + ro.reward_errors
         calls += ro.engine
@@ -130,7 +125,7 @@ def behaviour_is_pi_old(spec: RunSpec, plan: RolloutPlan) -> bool:
     of two computation orders (~1e-6 in log-prob)."""
     return (
         spec.update.pi_old == "auto"
-        and not spec.sampling.truncates
+        and not spec.rollout.sampling.truncates
         and plan.is_drawn_at(spec.loss.score_temperature)
     )
 
@@ -222,7 +217,7 @@ def train_one_step(run: Run, progress: Progress, step: int):
     t3 = time.perf_counter()
     tokens = int(np.asarray(ro.out.mask).sum())
     metrics = {
-        **rollout_metrics(ro, run.settings.extractors),
+        **rollout_metrics(ro, run.spec.reward.extractors),
         **gen_metrics,
         **explorer_metrics,
         **train_metrics,
@@ -238,19 +233,9 @@ def train_one_step(run: Run, progress: Progress, step: int):
 
 
 def run_evaluation(run: Run, params, states: dict, step: int, records=None, stop=None) -> dict:
-    """Held-out evaluation of `params` after `step` steps; explorers may act at test time
-    (EAD's schedule at step `step`), reading their `states`. `stop`: see `evaluate`."""
-    ctx = run.context(params, step)
-    return evaluate(
-        params,
-        run.cfg,
-        run.tok,
-        run.test_sets,
-        run.spec,
-        run.verifier,
-        jax.random.fold_in(run.eval_key, step),
-        lambda p: exploration.eval_plan(run.explorers, states, p, ctx),
-        records,
-        stop,
-        run.eval_engine,
-    )
+    """Held-out evaluation of `params` after `step` steps (`evaluate_policy`); `stop`: see
+    `evaluate`."""
+    return evaluate_policy(
+        params, run.cfg, run.tok, run.spec, run.test_sets, run.verifier,
+        jax.random.fold_in(run.eval_key, step), run.explorers, states, step, records, stop,
+    )  # fmt: skip
