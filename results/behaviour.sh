@@ -1,6 +1,6 @@
 #!/bin/bash
 # The demo and every method's smoke config on a tree, their run directories in OUT, to
-# compare two trees' behaviour (issue 29: a refactor changes no number):
+# compare two trees' behaviour (a refactor changes no number):
 #   bash results/behaviour.sh /tmp/old runs/old && bash results/behaviour.sh . runs/new
 #   python results/compare_metrics.py runs/old runs/new
 set -u

@@ -6,7 +6,7 @@
 # the device named.
 #   bash results/gpu.sh [OUT_DIR]     # TOKENIZER=<folder>: the demo's tokenizer, random
 #                                      # weights, where the embedded GGUF is not installed
-# 1. The papers' lengths on the 1.5B shape (issue 28): one update of 8 rows x (1024 + 4096)
+# 1. The papers' lengths on the 1.5B shape (`bench long`): one update of 8 rows x (1024 + 4096)
 #    tokens, random weights, bfloat16, the paper configs' memory settings (blockwise
 #    attention, remat, chunked log-probs, layers scanned): tokens/s, MFU and the measured
 #    peak against the start-up estimate. Mostly compiles: unrolled, at 4 of its 28 layers

@@ -1,5 +1,5 @@
-"""results/lab_study.py's report on synthetic run folders: every number from the runs, each
-prediction judged by its paired interval, a partial study labelled a pilot."""
+"""results/lab/lab_study.py's report on synthetic run folders: every number from the runs,
+each prediction judged by its paired interval, a partial study labelled a pilot."""
 
 import importlib.util
 import json
@@ -13,7 +13,7 @@ from explore_rl import analysis
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location(
-    "lab_study", os.path.join(HERE, "..", "results", "lab_study.py")
+    "lab_study", os.path.join(HERE, "..", "results", "lab", "lab_study.py")
 )
 study = importlib.util.module_from_spec(spec)
 sys.modules["lab_study"] = study  # its dataclasses look their module up

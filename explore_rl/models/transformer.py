@@ -197,7 +197,7 @@ def mlp(lp: dict, x: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
     # On [B x T, D] rows, not [B, T, D]: XLA's CPU backward of the 3-D product writes the
     # [B x T, F] cotangent transposed for the weights' gradient, a strided copy that took a
     # fifth of the lab's update gradient; the 2-D product needs none (the gradient a
-    # quarter faster: BENCHMARKS.md, issue 31).
+    # quarter faster: BENCHMARKS.md, `bench lab`).
     rows = x.reshape(-1, x.shape[-1])
     gate = rows @ lp["gate"].astype(x.dtype)
     up = rows @ lp["up"].astype(x.dtype)

@@ -505,7 +505,7 @@ def greedy(
 # Static lengths. Prompts are padded up to one of `_BUCKETS` (two a doubling), so a new
 # batch rarely recompiles. The update cuts a micro-batch's rows to one of `_FINE` (four a
 # doubling): its cost is linear in the length and paid every step, so padding under a
-# quarter (against under a half) is worth its extra programs (issue 31: the lab's longest
+# quarter (against under a half) is worth its extra programs (`bench lab`: the lab's longest
 # responses, 17-19 tokens, cost 32 positions on the coarse grid, 20 on this one).
 _BUCKETS = tuple(sorted({m * 2**e for e in range(4, 16) for m in (2, 3)} | {16}))
 _FINE = tuple(m * 2**e for e in range(2, 15) for m in (4, 5, 6, 7))

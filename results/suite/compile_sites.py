@@ -4,9 +4,9 @@ call whose program is not yet in the process's memory goes through this path: tr
 is not counted; lowering, the persistent cache's read or XLA's compile, and dispatching
 the program's first run (asynchronous on a CPU) are.
 
-    PYTHONPATH=results python -m pytest -p compile_sites tests/test_x.py  # in the tests
-    python results/compile_sites.py explore_rl.main --config ...           # a command
-    python results/compile_sites.py report                                 # the records
+    PYTHONPATH=results/suite python -m pytest -p compile_sites tests/test_x.py  # in the tests
+    python results/suite/compile_sites.py explore_rl.main --config ...  # a command
+    python results/suite/compile_sites.py report                        # the records
 
 It wraps two of JAX's private functions (`pjit._pjit_call_impl_python`,
 `compiler.compile_or_get_cached`, as in JAX 0.10.2). A module text compiled under two sets
@@ -30,7 +30,7 @@ import time
 import traceback
 
 FOLDER = os.environ.get("COMPILE_SITES", os.path.join("runs", "compile_sites"))
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 SMALL = 0.1
 
 

@@ -1,11 +1,11 @@
-"""The lab study (issue 32): every arm x 8 seeds x 300 steps from one base model, each
-run's final held-out evaluation, and the report against the predictions in docs/lab.md.
+"""The lab study: every arm x 8 seeds x 300 steps from one base model, each run's final
+held-out evaluation, and the report against the predictions in docs/lab.md.
 
-    python results/lab_study.py                         # every run, then the report
-    python results/lab_study.py --seeds 0 1 --arms grpo ead   # a part of it
-    python results/lab_study.py --report                # the report of the runs there are
-    python results/lab_study.py --pilot extra           # the pilots docs/lab.md names
-    python results/lab_study.py --pilot ase
+    python results/lab/lab_study.py                        # every run, then the report
+    python results/lab/lab_study.py --seeds 0 1 --arms grpo ead  # a part of it
+    python results/lab/lab_study.py --report               # the report of the runs there are
+    python results/lab/lab_study.py --pilot extra          # the pilots docs/lab.md names
+    python results/lab/lab_study.py --pilot ase
 
 Runs go seed by seed (every arm's seed 0, then every arm's seed 1, ...), so a study stopped
 part way has paired comparisons for the seeds it finished; each run resumes where it
@@ -32,7 +32,7 @@ import numpy as np
 
 SEEDS = tuple(range(8))
 FINAL_SAMPLES = 64
-FIGURES = "results/figures/lab"
+FIGURES = "results/lab/figures"
 KEPT = "results/lab/runs"
 FOUR = {"task.name": "countdown", "task.countdown.inputs": 4}  # drawn in code, not data/
 
@@ -186,13 +186,13 @@ def commit() -> str | None:
             ["git", *args],
             capture_output=True,
             text=True,
-            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # the root
+            cwd=os.path.dirname(os.path.abspath(__file__)),
         )
 
     head = git("rev-parse", "--short", "HEAD")
     if head.returncode:
         return None
-    changed = git("status", "--porcelain", "--", "explore_rl", "configs").stdout.strip()
+    changed = git("status", "--porcelain", "--", ":/explore_rl", ":/configs").stdout.strip()
     return head.stdout.strip() + ("+" if changed else "")
 
 
@@ -653,7 +653,7 @@ def report(runs: str, kept: str, out: str, figures: str = FIGURES) -> str:
     lines = [
         "# The lab study: results",
         "",
-        "Written by `python results/lab_study.py` from the runs kept in results/lab/runs; no "
+        "Written by `python results/lab/lab_study.py` from the runs kept in results/lab/runs; no "
         "number typed by hand. The predictions and settings: docs/lab.md. Each cell: the mean "
         "over seeds [its 95% percentile bootstrap interval]; differences are paired by seed.",
         "",

@@ -6,7 +6,7 @@
 # step), seeds 0, 1, 2; held-out Pass@1 / Pass@8 from 8 samples per question:
 #   demo: 1-digit additions, 12 steps (evaluations after steps 6 and 12)
 #   hard: operands of 1-2 digits, 12 steps (evaluations after steps 6 and 12)
-#   bash results/fidelity.sh [demo|hard|clip]        (no argument: all three)
+#   bash results/demo_methods/fidelity.sh [demo|hard|clip]        (no argument: all three)
 # A run directory that already has all its steps is skipped (rerunning resumes the rest).
 set -euo pipefail
 source "$(dirname "$0")/run.sh"
@@ -25,10 +25,11 @@ done
 # figures and summary.md of the settings this invocation ran
 for part in ${1:-demo hard clip}; do
   case $part in
-    demo) python -m explore_rl.analysis --out results/figures/fidelity_demo runs/fid/demo/* ;;
-    hard) python -m explore_rl.analysis --out results/figures/fidelity_hard \
+    demo) python -m explore_rl.analysis --out results/demo_methods/figures/fidelity_demo \
+      runs/fid/demo/* ;;
+    hard) python -m explore_rl.analysis --out results/demo_methods/figures/fidelity_hard \
       runs/fid/hard/{grpo,ead,eden,controls_py_temperature}* ;;
-    clip) python -m explore_rl.analysis --out results/figures/fidelity_clip \
+    clip) python -m explore_rl.analysis --out results/demo_methods/figures/fidelity_clip \
       runs/fid/demo/{grpo,controls_py_clip_higher,controls_py_gspo}* ;;
   esac
 done

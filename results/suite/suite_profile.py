@@ -2,8 +2,8 @@
 compile timers (tracing, lowering to MLIR, XLA compiling) in the test process. A test that
 runs the CLI in a subprocess shows wall time and little else.
 
-    PYTHONPATH=results python -m pytest -n 2 --dist loadscope -p suite_profile  # the suite
-    python results/suite_profile.py                           # its modules, slowest first
+    PYTHONPATH=results/suite python -m pytest -n 2 --dist loadscope -p suite_profile
+    python results/suite/suite_profile.py  # its modules, slowest first
 
 Each worker appends a line a test to `$SUITE_PROFILE` (default runs/suite_profile/), one
 file a process; delete the folder before a new run.

@@ -3,7 +3,7 @@ device, and two fake devices: the same mesh), on a smoke config: the step's seco
 (steps 2.. averaged) and every logged value other than timings that differs between the
 two processes and the one process of the same mesh (none, when they agree).
 
-    python results/two_processes.py [--config configs/ase.py:smoke] [--steps 4]
+    python results/tools/two_processes.py [--config configs/ase.py:smoke] [--steps 4]
 """
 
 import argparse
@@ -17,7 +17,7 @@ import tempfile
 from explore_rl import testing
 from explore_rl.logs import read_metrics
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMES = ("time/rollout_s", "time/pi_old_s", "time/update_s")
 
 

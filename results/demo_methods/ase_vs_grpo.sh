@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # GRPO vs ASE vs ASE's unstructured-random-steering ablation (a fresh random unit vector
 # per rollout, no bank) where most groups start without signal: the "hard" setting of
-# results/run.sh (operands of 1-2 digits, 12 steps, 4 prompts x 8 rollouts x 32 tokens a
-# step: the same rollout budget), seeds 0, 1, 2; GRPO's runs are results/fidelity.sh's.
-#   bash results/ase_vs_grpo.sh
+# run.sh (operands of 1-2 digits, 12 steps, 4 prompts x 8 rollouts x 32 tokens a step: the
+# same rollout budget), seeds 0, 1, 2; GRPO's runs are fidelity.sh's.
+#   bash results/demo_methods/ase_vs_grpo.sh
 set -euo pipefail
 source "$(dirname "$0")/run.sh"
 for seed in 0 1 2; do
@@ -11,4 +11,5 @@ for seed in 0 1 2; do
     run hard "$seed" "$config"
   done
 done
-python -m explore_rl.analysis --out results/figures/ase_hard runs/fid/hard/{grpo,ase}*
+python -m explore_rl.analysis --out results/demo_methods/figures/ase_hard \
+  runs/fid/hard/{grpo,ase}*

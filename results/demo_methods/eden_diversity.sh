@@ -4,7 +4,7 @@
 # anchor + noise with the demo's bank and rho 0.12), temperature 1, 32 tokens.
 set -euo pipefail
 python -m explore_rl.eden_analysis --config configs/eden.py:demo --prompts 32 \
-  --samples 32 --out results/eden_diversity.json
+  --samples 32 --out results/demo_methods/eden_diversity.json
 python -m explore_rl.eden_analysis --config configs/eden.py:demo --prompts 32 \
   --samples 32 --config.task.style=word --config.rollout.max_new_tokens=64 \
-  --out results/eden_diversity_word.json
+  --out results/demo_methods/eden_diversity_word.json

@@ -2,7 +2,7 @@
 a train state of `--gib` GiB (float32 params and two AdamW moments, as a run saves them),
 against the time Orbax takes to write that step, in the same run.
 
-    python results/digest_cost.py --gib 1
+    python results/tools/digest_cost.py --gib 1
 """
 
 import argparse

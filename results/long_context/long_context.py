@@ -1,6 +1,6 @@
-"""The long-context measurements of BENCHMARKS.md ("Long sequences"), with one command:
+"""The measurements behind BENCHMARKS.md's `fit` and `long` sections, with one command:
 
-    python results/long_context.py [--out results/long_context]
+    python results/long_context/long_context.py [--out results/long_context]
 
 - `bench fit`: every paper config's memory per device on one node of 8 x 80 GB, by the
   start-up estimate (shapes only);
@@ -10,7 +10,7 @@
   remat, chunked log-probs), measured and estimated, with the fitted exponent and the
   update's tokens/s.
 
-Writes each benchmark's JSON, a figure (`results/figures/long_context/memory.png`) and
+Writes each benchmark's JSON, a figure (`results/long_context/memory.png`) and
 prints the Markdown tables BENCHMARKS.md carries. A finished benchmark's JSON is reused
 (delete it to measure again).
 """
@@ -23,7 +23,7 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def run(name: str, args: list[str], out: str) -> dict:
@@ -105,7 +105,7 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     fit = run("fit", ["fit"], args.out)
     long = run("long", ["long"], args.out)
-    figure(long, os.path.join(ROOT, "results", "figures", "long_context", "memory.png"))
+    figure(long, os.path.join(ROOT, "results", "long_context", "memory.png"))
     print(fit_table(fit), "\n")
     print(long_table(long))
 

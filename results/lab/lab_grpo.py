@@ -1,6 +1,6 @@
 """Plain GRPO in the lab: held-out Pass@1 from the base model over 300 steps, 5 seeds.
 
-    python results/lab_grpo.py [--runs runs/lab-grpo] [--out results/lab]
+    python results/lab/lab_grpo.py [--runs runs/lab-grpo] [--out results/lab]
 
 Trains `configs/lab.py:demo` (its base model first, once: `model.base`) for seeds 0-4, each
 in `<runs>/s<seed>` (an interrupted run resumes; a finished one is read), then writes
