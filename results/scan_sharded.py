@@ -13,7 +13,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from explore_rl import parallel  # noqa: E402
-from explore_rl.models import presets, transformer  # noqa: E402
+from explore_rl.models import family, presets, transformer  # noqa: E402
 from explore_rl.rl import footprint, losses  # noqa: E402
 from explore_rl.rl.train_step import Batch, _loss  # noqa: E402
 
@@ -30,7 +30,7 @@ def main() -> None:
         )  # fmt: skip
         with parallel.use(mesh):
             init = jax.jit(lambda k, c=cfg: transformer.init_params(c, k))
-            params = parallel.place(init(jax.random.key(0)), mesh)
+            params = parallel.place(init(jax.random.key(0)), mesh, family.axes)
             rows, tokens = jnp.ones((q * g, t), jnp.int32), jnp.ones((q * g, t), bool)
             logp = -jnp.ones((q * g, t))
             batch = Batch(

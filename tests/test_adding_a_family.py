@@ -89,9 +89,9 @@ SHARDED = textwrap.dedent("""
     sys.path.insert(0, sys.argv[2])
     import test_adding_a_family as t  # registers the family, as a user's module would
     from explore_rl import parallel
-    from explore_rl.models import weights
+    from explore_rl.models import family, weights
     mesh = parallel.make_mesh(data=1, fsdp=2, tensor=2)
-    sharded, cfg = weights.load_hf(sys.argv[1], parallel.placer(mesh))
+    sharded, cfg = weights.load_hf(sys.argv[1], parallel.placer(mesh, family.axes))
     plain, _ = weights.load_hf(sys.argv[1])
     layer = sharded["layers"][0]
     assert layer["q"].sharding.spec == P("fsdp", "tensor", None), layer["q"].sharding

@@ -99,7 +99,7 @@ def test_sentencepiece_folder(tmp_path):
 
 def test_left_pad_and_positions():
     from explore_rl.models.transformer import positions_from_mask
-    from explore_rl.sampling.sampler import left_pad
+    from explore_rl.sampling.shapes import left_pad
 
     tokens, mask = left_pad([[5, 6, 7], [8]], pad_id=2, length=3)
     np.testing.assert_array_equal(tokens, [[5, 6, 7], [2, 2, 8]])

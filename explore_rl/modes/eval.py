@@ -16,6 +16,7 @@ from explore_rl import config as config_lib
 from explore_rl import parallel
 from explore_rl.exploration import base as exploration
 from explore_rl.hoststate import HostState
+from explore_rl.models import family
 from explore_rl.train.build import Run, size_evaluation
 from explore_rl.train.steps import run_evaluation
 
@@ -35,7 +36,9 @@ def run_eval(c, workdir: str | None) -> dict:
 
 def _evaluate(spec, explorers: list, workdir: str | None) -> dict:
     mesh = config_lib.mesh(spec.mesh)
-    params, cfg, tok = config_lib.load_policy(spec.model, spec.seed, parallel.placer(mesh))
+    params, cfg, tok = config_lib.load_policy(
+        spec.model, spec.seed, parallel.placer(mesh, family.axes)
+    )
     run = Run.create(spec, explorers, cfg, tok, verifier=None, mesh=mesh)
     size_evaluation(run, dict(mesh.shape))  # conservative: counts optimizer moments too
     states = {ex.name: ex.template(run.context(params, 0)) for ex in run.explorers}

@@ -25,7 +25,7 @@ import jax
 from explore_rl import checkpoint as checkpoint_lib
 from explore_rl import config as config_lib
 from explore_rl import parallel
-from explore_rl.models import presets, weights
+from explore_rl.models import family, presets, weights
 from explore_rl.models.transformer import init_params
 
 
@@ -46,7 +46,7 @@ def trained_params(c, mesh):
     into their shards without loading the original weights, or the model itself."""
     if not c.eval.checkpoint:
         model = config_lib.model_settings(c)
-        params, cfg, _ = config_lib.load_policy(model, c.seed, parallel.placer(mesh))
+        params, cfg, _ = config_lib.load_policy(model, c.seed, parallel.placer(mesh, family.axes))
         return params, cfg, 0
     dtypes = dict(param_dtype=c.model.param_dtype, dtype=c.model.dtype)
     if c.model.random_init:
@@ -58,7 +58,7 @@ def trained_params(c, mesh):
     like = jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
         abstract,
-        parallel.param_shardings(abstract, mesh),
+        parallel.param_shardings(abstract, mesh, family.axes),
     )
     folder, step = checkpoint_lib.locate(c.eval.checkpoint, c.export.step, "export.step")
     saved = checkpoint_lib.restore_subset(folder, step, {"state": {"params": like}})

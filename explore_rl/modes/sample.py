@@ -21,7 +21,8 @@ import optax
 from explore_rl import checkpoint, parallel
 from explore_rl import config as config_lib
 from explore_rl.data import jsonl
-from explore_rl.sampling import engine, sampler
+from explore_rl.models import family
+from explore_rl.sampling import engine, shapes
 from explore_rl.train import sizing
 
 
@@ -83,7 +84,9 @@ def _sample(config, prompts: list, workdir: str | None) -> list[dict]:
     start = time.perf_counter()
     mesh = config_lib.mesh(config_lib.mesh_settings(config))  # rows over every device
     model = config_lib.model_settings(config)
-    params, cfg, tok = config_lib.load_policy(model, config.seed, parallel.placer(mesh))
+    params, cfg, tok = config_lib.load_policy(
+        model, config.seed, parallel.placer(mesh, family.axes)
+    )
     say = print if parallel.is_main_process() else lambda *_: None  # one process speaks
     say(
         f"loaded {config.model.path} ({cfg.family}, {cfg.num_params() / 1e6:.0f}M params) "
@@ -94,7 +97,7 @@ def _sample(config, prompts: list, workdir: str | None) -> list[dict]:
     if s.prompt_file:  # the file's prompts as written: the task's instruction is the task's
         fmt = dataclasses.replace(fmt, instruction="")
     rows = [tok.encode(fmt.text(tok, p)) for p, _ in prompts]
-    tokens, mask = sampler.left_pad(rows, tok.pad_id)
+    tokens, mask = shapes.left_pad(rows, tok.pad_id)
     g, n = s.samples_per_prompt, len(rows)
     sc = config_lib.sampling_config(config, tok.stop_ids, "sample")
     start = time.perf_counter()
