@@ -13,8 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close, make_hf_checkpoint, subprocess_env
-from test_models import torch_logits
+from helpers import assert_float32_close, make_hf_checkpoint, subprocess_env, torch_logits
 
 from explore_rl.models import family, presets, weights
 from explore_rl.models.family import Family, Weight

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import subprocess_env
+from helpers import subprocess_env
 
 import configs
 from configs import ase, base, controls, eden, extra

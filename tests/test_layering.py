@@ -220,19 +220,27 @@ def test_an_import_inside_a_function_counts(tmp_path):
 CONFIG_READERS = {"config", "exploration.base"}
 
 
+def imported_modules(path: pathlib.Path) -> set[str]:
+    """The absolute names a file's imports name (`import a.b`, `from a.b import c`: a.b)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            out.add(node.module)
+    return out
+
+
 def configdict_importers(root: pathlib.Path) -> set[str]:
     """The package's modules that import ml_collections."""
     out = set()
     for p in root.rglob("*.py"):
         parts = p.relative_to(root).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        for node in ast.walk(ast.parse(p.read_text(), str(p))):
-            names = (
-                [a.name for a in node.names] if isinstance(node, ast.Import)
-                else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            )  # fmt: skip
-            if any(n == "ml_collections" or n.startswith("ml_collections.") for n in names):
-                out.add(name)
+        if any(
+            n == "ml_collections" or n.startswith("ml_collections.") for n in imported_modules(p)
+        ):
+            out.add(name)
     return out
 
 
@@ -243,3 +251,15 @@ def test_below_the_entry_point_nothing_reads_a_configdict():
     assert {"config", "main"} <= importers  # the scan sees the entry point's own imports
     modes = min(i for i, (name, _) in enumerate(LAYERS) if name == "modes")
     assert {m for m in importers if layer_of(m) < modes} - CONFIG_READERS == set()
+
+
+def test_no_test_module_imports_conftest_or_another_test_module():
+    """What test modules share is `tests/helpers.py` (and conftest.py's fixtures, which
+    pytest gives by name): a test module imported by another runs its module-level code,
+    and its fixtures and marks, twice over."""
+    tests = pathlib.Path(__file__).resolve().parent
+    found = {
+        (p.name, n) for p in tests.glob("*.py") for n in imported_modules(p)
+        if n == "conftest" or n.startswith("test_")
+    }  # fmt: skip
+    assert found == set()

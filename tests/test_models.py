@@ -4,25 +4,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import FAMILY_VARIANTS, assert_float32_close, left_padded_batch, make_hf_checkpoint
+from helpers import (
+    FAMILY_VARIANTS,
+    assert_float32_close,
+    left_padded_batch,
+    make_hf_checkpoint,
+    torch_logits,
+)
 
 from explore_rl.models import presets, transformer, weights
 from explore_rl.models.transformer import Interventions, forward, positions_from_mask
 
 pytestmark = [pytest.mark.usefixtures("highest_precision"), pytest.mark.numerics]
-
-
-def torch_logits(model, tokens, mask):
-    import torch
-
-    positions = np.maximum(np.cumsum(mask, 1) - 1, 0)
-    with torch.no_grad():
-        out = model(
-            input_ids=torch.tensor(tokens, dtype=torch.long),
-            attention_mask=torch.tensor(mask, dtype=torch.long),
-            position_ids=torch.tensor(positions, dtype=torch.long),
-        )
-    return out.logits.numpy()
 
 
 @pytest.mark.parametrize("variant", sorted(FAMILY_VARIANTS))

@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import make_hf_checkpoint
+from helpers import make_hf_checkpoint
 
 from explore_rl.models import presets, weights
 from explore_rl.models.tokenizer import Tokenizer

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import make_hf_checkpoint, subprocess_env
+from helpers import make_hf_checkpoint, subprocess_env
 
 SCRIPT = textwrap.dedent("""
     import sys

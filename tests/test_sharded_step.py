@@ -1,13 +1,13 @@
 """On a (data 2, fsdp 2, tensor 2) mesh of 8 fake CPU devices, a sampling call and two
 train steps give what one device gives, with the layers unrolled and scanned: the same
-tokens, mu and params to float32 rounding (`conftest.assert_float32_close`)."""
+tokens, mu and params to float32 rounding (`helpers.assert_float32_close`)."""
 
 import subprocess
 import sys
 import textwrap
 
 import pytest
-from conftest import subprocess_env
+from helpers import subprocess_env
 
 # sharded against one device: other partial sums, other summation orders
 pytestmark = pytest.mark.numerics
@@ -25,8 +25,7 @@ SCRIPT = textwrap.dedent("""
     from explore_rl.rl.scoring import score
     from explore_rl.rl.train_step import train_step
     from explore_rl.sampling.sampler import SamplingConfig, sample
-    from conftest import assert_float32_close
-    from test_sampler import logit_scale
+    from helpers import assert_float32_close, logit_scale
     assert jax.device_count() == 8
     cfg = presets.get_preset("tiny-qwen2")
     params = transformer.init_params(cfg, jax.random.key(0), scale=0.3)
@@ -94,7 +93,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_data_fsdp_tensor_mesh_equals_one_device():
-    out = subprocess.run(  # conftest's helpers, importable
+    out = subprocess.run(  # helpers importable
         [sys.executable, "-c", SCRIPT], env=subprocess_env(8), capture_output=True, text=True,
         timeout=600,
     )  # fmt: skip
