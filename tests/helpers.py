@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from explore_rl.models import transformer
+from explore_rl.models import family, transformer
 from explore_rl.rl import scoring
 
 # The switch and XLA options with which the test processes compile tiny programs (conftest.py
@@ -34,11 +34,12 @@ TINY_HF = dict(
     max_position_embeddings=256,
 )
 
-# family -> (transformers config class name, extra config fields)
+# a tiny checkpoint of each family (test_models.py checks every family of the package has
+# one): variant -> (family name, its transformers config fields besides TINY_HF)
 FAMILY_VARIANTS = {
-    "llama": ("LlamaConfig", dict(rope_theta=10000.0, tie_word_embeddings=True)),
+    "llama": ("llama", dict(rope_theta=10000.0, tie_word_embeddings=True)),
     "llama3-scaled": (
-        "LlamaConfig",
+        "llama",
         dict(
             rope_theta=10000.0,
             tie_word_embeddings=False,
@@ -51,20 +52,21 @@ FAMILY_VARIANTS = {
             ),
         ),
     ),
-    "qwen2": ("Qwen2Config", dict(rope_theta=10000.0, tie_word_embeddings=False)),
-    "qwen3": ("Qwen3Config", dict(rope_theta=10000.0, tie_word_embeddings=True)),
+    "qwen2": ("qwen2", dict(rope_theta=10000.0, tie_word_embeddings=False)),
+    "qwen3": ("qwen3", dict(rope_theta=10000.0, tie_word_embeddings=True)),
 }
 
 
 def make_hf_checkpoint(folder, variant, seed: int = 0, max_shard_size=None):
     """Write a random tiny HF checkpoint (safetensors) and return the torch model.
-    `variant`: a `FAMILY_VARIANTS` name, or (transformers config class name, its fields)."""
+    `variant`: a `FAMILY_VARIANTS` name, or (a registered family's name, config fields)."""
     import torch
     import transformers
 
-    cls_name, extra = FAMILY_VARIANTS[variant] if isinstance(variant, str) else variant
-    config = getattr(transformers, cls_name)(**TINY_HF, **extra)
-    config.architectures = [cls_name.replace("Config", "ForCausalLM")]
+    name, extra = FAMILY_VARIANTS[variant] if isinstance(variant, str) else variant
+    f = family.get(name)
+    config = transformers.AutoConfig.for_model(f.hf_model_type or f.name, **TINY_HF, **extra)
+    config.architectures = [f.hf_architecture]
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     with torch.no_grad():  # non-trivial norms and biases, so a missed one shows

@@ -31,7 +31,7 @@ MISTRAL = family.register(
         hf_fields={"sliding_window": None},  # transformers' default is 4096
     )
 )
-HF_MISTRAL = ("MistralConfig", dict(sliding_window=None, tie_word_embeddings=False))
+HF_MISTRAL = ("mistral", dict(sliding_window=None, tie_word_embeddings=False))
 
 
 def _logits(params, cfg, tokens, mask):
@@ -121,7 +121,7 @@ def test_the_new_family_shards_on_a_mesh(tmp_path):
 
 
 def test_a_checkpoint_with_what_the_family_lacks_is_refused_naming_it(tmp_path):
-    make_hf_checkpoint(tmp_path, ("MistralConfig", dict(sliding_window=16)))
+    make_hf_checkpoint(tmp_path, ("mistral", dict(sliding_window=16)))
     with pytest.raises(ValueError, match="sliding_window=16 is not supported for mistral"):
         presets.from_hf_config(str(tmp_path))
     with pytest.raises(ValueError, match="'nope'.*known.*'llama'.*'mistral'.*'qwen2'"):
