@@ -5,11 +5,11 @@ table maps logical names to mesh axes (`RULES`): rows of a batch over data x fsd
 model dimension of every weight over fsdp (ZeRO-3-style: gathered for use, its gradient
 and optimizer moments stay sharded), and over tensor the vocabulary, the attention heads
 and the MLP's hidden dimension (Megatron-style). Each weight's dimensions are named by its
-model family: the functions that place weights take the name -> axes lookup as `axes`
-(`models.family.axes`), so this base module needs no model. Norms and anything else small
-are replicated. A
-dimension that the axis size does not divide is replicated over that axis. On one device
-every sharding degenerates to replicated with no change to the calling code.
+model family: the functions that place weights take that lookup as `axes`
+(`models.family.axes`), so this base module imports no model. Norms and anything else
+small are replicated. A dimension that the axis size does not divide is replicated over
+that axis. On one device every sharding degenerates to replicated with no change to the
+calling code.
 
 Inside jitted code, `constrain(x, "batch", None, "heads", None)` pins an activation to
 the rules on the mesh of `use(mesh)` (a no-op without one, or on one device).
