@@ -20,21 +20,28 @@ from explore_rl.rl.train_step import OptimConfig
 SCALES = ("smoke", "demo", "lab", "paper")
 
 
-def parse_arg(arg: str | None, file: str, variants=(), require_variant=False):
+def parse_arg(arg: str | None, file: str, variants=(), require_variant=False, scales=SCALES):
     """(variant or None, scale) from a config argument `[<variant>,][<scale>]`, in either
-    order; the scale defaults to demo. The one way every config file reads its argument."""
+    order, a variant one of `variants` and a scale one of `scales`; the scale defaults to
+    demo. The one way every config file reads its argument, so what it is given is the
+    file's every argument (tests/test_configs.py loads each)."""
     tokens = [t.strip() for t in (arg or "").split(",") if t.strip()]
-    scales = [t for t in tokens if t in SCALES]
+    given = [t for t in tokens if t in SCALES]
     others = [t for t in tokens if t not in SCALES]
-    if len(scales) > 1 or len(others) > 1 or (others and others[0] not in variants):
+    if (
+        len(given) > 1
+        or len(others) > 1
+        or (others and others[0] not in variants)
+        or (given and given[0] not in scales)
+    ):
         allowed = f"{sorted(variants)} and " if variants else ""
         raise ValueError(
             f"configs/{file}:{arg}: give [<variant>,][<scale>], variants {allowed}"
-            f"scales {list(SCALES)}"
+            f"scales {list(scales)}"
         )
     if require_variant and not others:
         raise ValueError(f"configs/{file}:{arg}: name one of {sorted(variants)}")
-    return (others[0] if others else None), (scales[0] if scales else "demo")
+    return (others[0] if others else None), (given[0] if given else "demo")
 
 
 def _defaults(cls, derived=()) -> dict:

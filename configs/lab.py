@@ -23,9 +23,8 @@ from explore_rl.data import lab, tasks
 
 
 def get_config(arg: str | None = None):
-    variant, scale = base.parse_arg(arg, "lab.py", variants=("sft",))
-    if scale not in ("smoke", "demo", "lab"):  # lab: demo (configs/<method>.py:lab are it)
-        raise ValueError(f"configs/lab.py:{arg}: the lab's scales are smoke and demo")
+    # lab: demo (configs/<method>.py:lab are it)
+    variant, scale = base.parse_arg(arg, "lab.py", ("sft",), scales=("smoke", "demo", "lab"))
     c = base.get_config()
     c.model.path, c.model.random_init = lab.FOLDER, "lab-1m"  # random weights: SFT's start
     # the fixed splits: data/countdown/ (data/lab.py writes them); task.name=countdown draws

@@ -20,12 +20,12 @@ from ml_collections import ConfigDict
 
 import configs
 from explore_rl import caching
+from explore_rl.answers import EXTRACTORS
 from explore_rl.data import jsonl, tasks
 from explore_rl.exploration import base as exploration
 from explore_rl.models import weights
 from explore_rl.models.tokenizer import PromptFormat
 from explore_rl.rewards import registry as rewards
-from explore_rl.rewards.math import EXTRACTORS
 from explore_rl.rl import advantages, losses
 from explore_rl.rl.train_step import OptimConfig
 from explore_rl.sampling.engine import EngineConfig

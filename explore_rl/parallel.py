@@ -5,9 +5,11 @@ table maps logical names to mesh axes (`RULES`): rows of a batch over data x fsd
 model dimension of every weight over fsdp (ZeRO-3-style: gathered for use, its gradient
 and optimizer moments stay sharded), and over tensor the vocabulary, the attention heads
 and the MLP's hidden dimension (Megatron-style). Each weight's dimensions are named by its
-model family (`models/family.py`); norms and anything else small are replicated. A
-dimension that the axis size does not divide is replicated over that axis. On one device
-every sharding degenerates to replicated with no change to the calling code.
+model family: the functions that place weights take that lookup as `axes`
+(`models.family.axes`), so this base module imports no model. Norms and anything else
+small are replicated. A dimension that the axis size does not divide is replicated over
+that axis. On one device every sharding degenerates to replicated with no change to the
+calling code.
 
 Inside jitted code, `constrain(x, "batch", None, "heads", None)` pins an activation to
 the rules on the mesh of `use(mesh)` (a no-op without one, or on one device).
@@ -18,7 +20,7 @@ every process's devices and each process runs the same program on its own device
 
     initialize("10.0.0.1:1234", num_processes=2, process_id=0)  # before any device use
     mesh = make_mesh(data=2, fsdp=2, tensor=2)
-    params = place(params, mesh)
+    params = place(params, mesh, family.axes)
     with use(mesh):
         ...  # jitted calls: activations constrained, outputs on the rules
 """
@@ -28,12 +30,15 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+from collections.abc import Callable
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from explore_rl.models import family
+# A weight's name -> the logical name of each of its dimensions, None: no family has it
+# (`models.family.axes`).
+Axes = Callable[[str], tuple | None]
 
 AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
@@ -179,12 +184,12 @@ def _fallback(shape: tuple[int, ...], fsdp: int) -> PartitionSpec:
     return PartitionSpec()
 
 
-def spec(name: str, shape: tuple[int, ...], axis_sizes) -> PartitionSpec:
+def spec(name: str, shape: tuple[int, ...], axis_sizes, axes: Axes) -> PartitionSpec:
     """The spec of a parameter (or its optimizer moment) by its name and shape: the axes
-    its model family declares for it, else `_fallback`."""
+    its model family declares for it (`axes(name)`), else `_fallback`."""
     if not shape:
         return PartitionSpec()
-    names = family.axes(name)
+    names = axes(name)
     if names is not None and len(names) == len(shape):  # a norm: () as any replicated leaf
         return logical_spec(names, shape, axis_sizes) if any(names) else PartitionSpec()
     return _fallback(shape, axis_sizes.get("fsdp", 1))
@@ -195,17 +200,17 @@ def leaf_name(path) -> str:
     return str(next((p.key for p in reversed(path) if hasattr(p, "key")), ""))
 
 
-def param_shardings(tree, mesh: Mesh):
+def param_shardings(tree, mesh: Mesh, axes: Axes):
     """NamedShardings for a params (or optimizer-state) pytree, by leaf name and shape."""
     sizes = dict(mesh.shape)
 
     def leaf(path, x):
-        return NamedSharding(mesh, spec(leaf_name(path), tuple(np.shape(x)), sizes))
+        return NamedSharding(mesh, spec(leaf_name(path), tuple(np.shape(x)), sizes, axes))
 
     return jax.tree_util.tree_map_with_path(leaf, tree)
 
 
-def constrain_params(tree):
+def constrain_params(tree, axes: Axes):
     """A params (or optimizer-state) pytree pinned to `param_shardings` inside jitted
     code under `use(mesh)`: how an update declares where its new state lives."""
     sizes = _axis_sizes()
@@ -213,17 +218,17 @@ def constrain_params(tree):
         return tree
 
     def leaf(path, x):
-        return jax.lax.with_sharding_constraint(x, spec(leaf_name(path), x.shape, sizes))
+        return jax.lax.with_sharding_constraint(x, spec(leaf_name(path), x.shape, sizes, axes))
 
     return jax.tree_util.tree_map_with_path(leaf, tree)
 
 
-def create(fn, mesh: Mesh, tree, *static):
+def create(fn, mesh: Mesh, axes: Axes, tree, *static):
     """`fn(tree, *static)` (the train state's init) computed straight into its
     `param_shardings`: nothing (the optimizer's moments) is made whole on one device and
     moved afterwards. `tree` is donated: its buffers become the output's."""
     init = lambda t: fn(t, *static)  # noqa: E731
-    out = param_shardings(jax.eval_shape(init, tree), mesh)
+    out = param_shardings(jax.eval_shape(init, tree), mesh, axes)
     return jax.jit(init, donate_argnums=0, out_shardings=out)(tree)
 
 
@@ -237,9 +242,9 @@ def _global(tree):
     return jax.tree.map(lambda x: np.asarray(x) if local(x) else x, tree)
 
 
-def place(tree, mesh: Mesh):
+def place(tree, mesh: Mesh, axes: Axes):
     """`tree` (params, optimizer state) on its `param_shardings`."""
-    return jax.device_put(_global(tree), param_shardings(tree, mesh))
+    return jax.device_put(_global(tree), param_shardings(tree, mesh, axes))
 
 
 def replicate(tree, mesh: Mesh):
@@ -248,7 +253,7 @@ def replicate(tree, mesh: Mesh):
     return jax.device_put(_global(tree), NamedSharding(mesh, PartitionSpec()))
 
 
-def placer(mesh: Mesh):
+def placer(mesh: Mesh, axes: Axes):
     """A `place(path, array, dtype)` for the weight loaders: each tensor goes straight to
     its shards as it is read, and a host casts and holds only its own devices' slices of
     it (a slice across a tensor's inner dimension still touches most of its pages in the
@@ -256,7 +261,7 @@ def placer(mesh: Mesh):
     sizes = dict(mesh.shape)
 
     def put(path: tuple, w, dtype) -> jax.Array:
-        sharding = NamedSharding(mesh, spec(str(path[-1]), w.shape, sizes))
+        sharding = NamedSharding(mesh, spec(str(path[-1]), w.shape, sizes, axes))
         if isinstance(w, jax.Array):  # already on a device (random weights)
             return jax.device_put(w.astype(dtype), sharding)
         slices = {}  # a slice is read once, however many devices hold it (data replicas)

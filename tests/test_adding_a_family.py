@@ -13,8 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close, make_hf_checkpoint, subprocess_env
-from test_models import torch_logits
+from helpers import assert_float32_close, make_hf_checkpoint, subprocess_env, torch_logits
 
 from explore_rl.models import family, presets, weights
 from explore_rl.models.family import Family, Weight
@@ -32,7 +31,7 @@ MISTRAL = family.register(
         hf_fields={"sliding_window": None},  # transformers' default is 4096
     )
 )
-HF_MISTRAL = ("MistralConfig", dict(sliding_window=None, tie_word_embeddings=False))
+HF_MISTRAL = ("mistral", dict(sliding_window=None, tie_word_embeddings=False))
 
 
 def _logits(params, cfg, tokens, mask):
@@ -89,9 +88,9 @@ SHARDED = textwrap.dedent("""
     sys.path.insert(0, sys.argv[2])
     import test_adding_a_family as t  # registers the family, as a user's module would
     from explore_rl import parallel
-    from explore_rl.models import weights
+    from explore_rl.models import family, weights
     mesh = parallel.make_mesh(data=1, fsdp=2, tensor=2)
-    sharded, cfg = weights.load_hf(sys.argv[1], parallel.placer(mesh))
+    sharded, cfg = weights.load_hf(sys.argv[1], parallel.placer(mesh, family.axes))
     plain, _ = weights.load_hf(sys.argv[1])
     layer = sharded["layers"][0]
     assert layer["q"].sharding.spec == P("fsdp", "tensor", None), layer["q"].sharding
@@ -122,7 +121,7 @@ def test_the_new_family_shards_on_a_mesh(tmp_path):
 
 
 def test_a_checkpoint_with_what_the_family_lacks_is_refused_naming_it(tmp_path):
-    make_hf_checkpoint(tmp_path, ("MistralConfig", dict(sliding_window=16)))
+    make_hf_checkpoint(tmp_path, ("mistral", dict(sliding_window=16)))
     with pytest.raises(ValueError, match="sliding_window=16 is not supported for mistral"):
         presets.from_hf_config(str(tmp_path))
     with pytest.raises(ValueError, match="'nope'.*known.*'llama'.*'mistral'.*'qwen2'"):

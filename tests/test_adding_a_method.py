@@ -11,7 +11,7 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import subprocess_env
+from helpers import subprocess_env
 
 from explore_rl.logs import read_metrics
 
@@ -41,7 +41,7 @@ def test_the_pages_commands_run_as_typed(tmp_path):
     where it puts them (the module inside the package): its test file under pytest, its
     config trained (the demo at smoke scale, as the documentation's commands run), and compared
     with a GRPO run. The package itself is not touched."""
-    from test_readme import page_blocks, smoke
+    from helpers import page_blocks, smoke
 
     module, config, test = _blocks()
     skip = shutil.ignore_patterns("__pycache__")

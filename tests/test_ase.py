@@ -9,8 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close, forward, run_main, score
-from test_sampler import G, Q, T, logit_scale, tiny  # noqa: F401
+from helpers import G, Q, T, assert_float32_close, forward, logit_scale, run_main, score
 
 from configs import ase as ase_config
 from explore_rl import config as config_lib

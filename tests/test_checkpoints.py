@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_reliability import _snapshot, _without_timing
+from helpers import snapshot, without_timing
 
 from explore_rl import checkpoint as checkpoint_lib
 from explore_rl import config as config_lib
@@ -60,7 +60,7 @@ def test_a_damaged_newest_step_is_set_aside_and_the_run_resumes_before_it(damage
         os.remove(os.path.join(step2, "state", "_METADATA"))
     if damage == "undigested":
         os.remove(os.path.join(folder, "2.sha256"))
-    kept = _snapshot(os.path.join(folder, "1"))
+    kept = snapshot(os.path.join(folder, "1"))
     capsys.readouterr()
     loop.train(config_lib.spec(_config(3)), str(tmp_path / "b"))
     err = capsys.readouterr().err
@@ -71,11 +71,11 @@ def test_a_damaged_newest_step_is_set_aside_and_the_run_resumes_before_it(damage
     if damage != "undigested":
         assert "differs from its digest" in said[0] or "is missing" in said[0]
     assert os.path.isdir(os.path.join(folder, "2.damaged"))  # kept for inspection
-    assert _snapshot(os.path.join(folder, "1")) == kept  # read, not rewritten
+    assert snapshot(os.path.join(folder, "1")) == kept  # read, not rewritten
     a, b = read_metrics(str(tmp_path / "a")), read_metrics(str(tmp_path / "b"))
     assert [r["step"] for r in b] == [1, 2, 3]
     # exact: the resume from step 1 runs the same programs on the same restored state
-    assert _without_timing(a) == _without_timing(b)
+    assert without_timing(a) == without_timing(b)
     assert checkpoint_lib.check_digest(folder, 3) is None
 
 
@@ -93,14 +93,14 @@ def test_eval_skips_a_damaged_newest_step_and_refuses_one_named(tmp_path, capsys
 
 def test_keeping_fewer_checkpoints_than_the_run_has_is_refused_unless_asked(tmp_path):
     loop.train(config_lib.spec(_config(2)), str(tmp_path))
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     with pytest.raises(
         ValueError,
         match=r"^train.keep_checkpoints=1 would delete 1 of the 2 checkpoints in .* at the "
         r"next save: keep 2, or --config.train.prune_checkpoints=True$",
     ):
         loop.train(config_lib.spec(_config(3, keep=1)), str(tmp_path))
-    assert _snapshot(tmp_path) == before
+    assert snapshot(tmp_path) == before
     c = _config(3, keep=1)
     c.train.prune_checkpoints = True
     progress = loop.train(config_lib.spec(c), str(tmp_path))

@@ -230,7 +230,7 @@ def test_a_preset_alone_reads_the_projects_benchmark_files():
 
 def test_a_preset_evaluates_from_any_directory_and_cannot_train_without_data(tmp_path):
     """`--config.task.preset=math500` with no path, run outside the clone."""
-    from conftest import run_main
+    from helpers import run_main
 
     args = ["--config", "configs/grpo.py:smoke", "--config.task.preset=math500"]
     out = run_main(

@@ -6,8 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close, score
-from test_sampler import G, Q, reference_truncated_logprob, response_logits, tiny  # noqa: F401
+from helpers import G, Q, assert_float32_close, reference_truncated_logprob, response_logits, score
 
 from configs import ead as ead_config
 from explore_rl import config as config_lib

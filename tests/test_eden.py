@@ -9,8 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close
-from test_sampler import logit_scale
+from helpers import assert_float32_close, logit_scale
 
 from configs import eden as eden_config
 from explore_rl import config as config_lib

@@ -5,10 +5,11 @@ import os
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close
+from helpers import assert_float32_close
 
 from explore_rl.models.transformer import forward, positions_from_mask
-from explore_rl.sampling.sampler import greedy, left_pad
+from explore_rl.sampling.sampler import greedy
+from explore_rl.sampling.shapes import left_pad
 
 # the real 135M model and transformers' GGUF loader
 pytestmark = [

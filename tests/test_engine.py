@@ -4,8 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close, left_padded_batch
-from test_sampler import logit_scale
+from helpers import assert_float32_close, left_padded_batch, logit_scale
 
 from configs import grpo
 from explore_rl import config as config_lib

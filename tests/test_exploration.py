@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import subprocess_env
+from helpers import subprocess_env
 
 from configs import grpo
 from explore_rl import config as config_lib

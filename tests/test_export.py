@@ -8,8 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close, run_main
-from test_models import torch_logits
+from helpers import assert_float32_close, run_main, torch_logits
 
 from explore_rl import checkpoint as checkpoint_lib
 from explore_rl import config as config_lib

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import subprocess_env
+from helpers import subprocess_env
 
 import configs
 from explore_rl import config as config_lib

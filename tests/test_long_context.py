@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close, left_padded_batch, score
+from helpers import assert_float32_close, left_padded_batch, score
 
 from configs import grpo
 from explore_rl import config as config_lib
@@ -30,7 +30,7 @@ from explore_rl.sampling.sampler import SamplingConfig, sample
 
 pytestmark = [pytest.mark.usefixtures("highest_precision"), pytest.mark.numerics]
 
-FAMILIES = ("tiny-llama", "tiny-qwen2", "tiny-qwen3")
+FAMILIES = tuple(n for n in presets.PRESETS if n.startswith("tiny-"))  # the test sizes
 Q, G, T = 3, 4, 11  # 11 response tokens, 9-token prompts: several 4-token tiles each way
 DENSE = dict(attention="dense", remat="none", logits_chunk=4096)
 LONG = dict(attention="blockwise", attention_block=4, remat="block", logits_chunk=3)

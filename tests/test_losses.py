@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close
+from helpers import assert_float32_close
 
 from explore_rl.rl import advantages as adv
 from explore_rl.rl.losses import LossConfig, LossInputs, kl_k3, normaliser, policy_loss

@@ -4,7 +4,7 @@ import json
 import re
 
 import pytest
-from conftest import run_main
+from helpers import run_main
 
 pytestmark = pytest.mark.slow  # subprocesses that load the embedded model
 

@@ -11,7 +11,7 @@ import sys
 import jax
 import numpy as np
 import pytest
-from conftest import run_main, subprocess_env
+from helpers import run_main, subprocess_env
 
 from configs import ase
 from explore_rl import config as config_lib

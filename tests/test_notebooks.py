@@ -6,7 +6,7 @@ import re
 
 import nbformat
 import pytest
-from conftest import subprocess_env
+from helpers import subprocess_env
 from nbclient import NotebookClient
 
 FOLDER = os.path.join(os.path.dirname(__file__), "..", "notebooks")

@@ -80,7 +80,7 @@ def test_the_wheel_runs_the_smoke_config_outside_the_clone(tmp_path):
 def test_the_install_commands_name_extras_the_package_has():
     """getting_started.md's `pip install -e '.[x]'` lines (not run: they download) name
     extras setup.py defines."""
-    from test_readme import page_blocks
+    from helpers import page_blocks
 
     setup = open(os.path.join(ROOT, "setup.py")).read()
     block = setup[setup.index("extras_require={") :]

@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import make_hf_checkpoint
+from helpers import make_hf_checkpoint
 
 from explore_rl.models import presets, weights
 from explore_rl.models.tokenizer import Tokenizer
@@ -99,7 +99,7 @@ def test_sentencepiece_folder(tmp_path):
 
 def test_left_pad_and_positions():
     from explore_rl.models.transformer import positions_from_mask
-    from explore_rl.sampling.sampler import left_pad
+    from explore_rl.sampling.shapes import left_pad
 
     tokens, mask = left_pad([[5, 6, 7], [8]], pad_id=2, length=3)
     np.testing.assert_array_equal(tokens, [[5, 6, 7], [2, 2, 8]])

@@ -5,7 +5,7 @@ fresh folder outside the clone, as a user would type them, each at the smallest 
 still does what it says (`smoke` below): a training command trains the same config at its
 smoke scale, a sampling command draws a few tokens, a benchmark times a tiny random model of
 the same code path, and a model folder a page only names is the embedded model's HF folder;
-each compiles as the suite's tests do (`conftest.subprocess_env`). A Python block that
+each compiles as the suite's tests do (`helpers.subprocess_env`). A Python block that
 starts with a file name (`# my_rewards.py: ...`) is that file, written into the folder
 first; the getting-started page's Python block runs as a script, fully optimised as the
 notebooks that load the embedded SmolLM2-135M are (running it is the time). A command the
@@ -14,7 +14,6 @@ pages give twice runs once. `docs/adding_a_method.md`'s commands need its files 
 `make test` is the command that runs this suite; `make demo` is checked with `make -n` (its
 recipe resolves and runs `configs/grpo.py:demo`, trained here at smoke scale)."""
 
-import glob
 import os
 import re
 import shlex
@@ -22,37 +21,11 @@ import subprocess
 import sys
 
 import pytest
-from conftest import subprocess_env
+from helpers import ROOT, page_blocks, smoke, subprocess_env
 
 pytestmark = pytest.mark.slow
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PAGES = ["README.md"] + sorted(
-    os.path.relpath(p, ROOT)
-    for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))
-    if not p.endswith("adding_a_method.md")
-)
 FILE_BLOCK = re.compile(r"# ([\w.]+\.py)\b")  # a Python block that is a file of that name
-
-
-def page_blocks(lang: str, pages: list[str] = PAGES) -> list[str]:
-    """The pages' ``` blocks of one language: "" the shell, "python", "text" (not run)."""
-    blocks = []
-    for page in pages:
-        with open(os.path.join(ROOT, page)) as f:
-            lines = f.read().splitlines()
-        current = None
-        for line in lines:
-            if line.startswith("```"):
-                if current is None:
-                    current = [line[3:].strip()]
-                else:
-                    if current[0] == lang:
-                        blocks.append("\n".join(current[1:]) + "\n")
-                    current = None
-            elif current is not None:
-                current.append(line)
-    return blocks
 
 
 def page_commands() -> list[list[str]]:
@@ -75,109 +48,6 @@ def page_files() -> dict[str, str]:
             assert named[1] not in files, f"two pages write {named[1]}"
             files[named[1]] = block
     return files
-
-
-def _config_at_smoke_scale(spec: str) -> str:
-    """configs/x.py[:parts] -> the same variant at smoke scale (base.py has no scales)."""
-    path, _, arg = spec.partition(":")
-    if path.endswith("base.py"):
-        return spec
-    parts = [p for p in arg.split(",") if p and p not in ("smoke", "demo", "lab", "paper")]
-    return f"{path}:{','.join(parts + ['smoke'])}"
-
-
-def smoke(words: list[str], hf_folder: str) -> list[str]:
-    """A command of the pages at the smallest size that still does what it says."""
-    if words[:1] == ["make"]:
-        return ["make", "-n", "-C", ROOT, *words[1:]]
-    out = []
-    for w in words:
-        if w.startswith("configs/") and ".py" in w:
-            w = _config_at_smoke_scale(w)
-        elif w.startswith("--config.model.path=/"):
-            w = f"--config.model.path={hf_folder}"
-        out.append(w)
-    if out[0] == "python":
-        out[0] = sys.executable
-    if out[0] == "explore-rl":  # the command an install puts beside its Python
-        out[0] = os.path.join(os.path.dirname(sys.executable), "explore-rl")
-    if "--mode" in out and out[out.index("--mode") + 1] == "sample":
-        out += ["--config.sample.num_prompts=2", "--config.sample.max_new_tokens=8"]
-    if out[1:3] == ["-m", "explore_rl.bench"]:
-        out += {
-            "forward": ["--random-init", "tiny-llama", "--batch", "2", "--length", "16"],
-            "sample": ["--random-init", "tiny-llama", "--reps", "1", "--no-peer"],
-            "startup": ["--config", "configs/grpo.py:smoke"],
-            "memory": ["--config", "configs/grpo.py:smoke"],
-            "fit": [],  # shapes only: every paper config as it is
-            "depth": [
-                "--preset",
-                "tiny-llama",
-                "--layers",
-                "1",
-                "--length",
-                "4",
-                "--prompt-len",
-                "4",
-                "--dtype",
-                "float32",
-            ],  # fmt: skip
-            "lab": [
-                "--config",
-                "configs/lab.py:smoke",
-                "--samples",
-                "4",
-                "--group",
-                "2",
-                "--rl-steps",
-                "1",
-            ],  # fmt: skip
-            "long": [
-                "--preset",
-                "tiny-llama",
-                "--layers",
-                "1",
-                "--prompt-len",
-                "8",
-                "--lengths",
-                "64,128",
-                "--dense-max",
-                "64",
-                "--reps",
-                "1",
-            ],  # fmt: skip
-            "engine": [
-                "--random-init",
-                "tiny-llama",
-                "--prompts",
-                "2",
-                "--group",
-                "2",
-                "--new-tokens",
-                "8",
-                "--slots",
-                "0,3",
-            ],  # fmt: skip
-            "scale": [
-                "--presets",
-                "tiny-qwen2",
-                "--dtype",
-                "float32",
-                "--prompts",
-                "2",
-                "--group",
-                "2",
-                "--prompt-len",
-                "8",
-                "--new-tokens",
-                "4",
-                "--micro-batches",
-                "1",
-            ],
-        }[out[3]]
-    if out[1:3] == ["-m", "explore_rl.eden_analysis"]:
-        out += ["--prompts=2", "--samples=2"]
-    return out
 
 
 COMMANDS = page_commands()

@@ -16,7 +16,7 @@ import time
 import jax
 import numpy as np
 import pytest
-from conftest import make_hf_checkpoint, run_main, subprocess_env
+from helpers import make_hf_checkpoint, run_main, snapshot, subprocess_env, without_timing
 
 from configs import grpo
 from explore_rl import checkpoint as checkpoint_lib
@@ -97,10 +97,6 @@ def _final_params(workdir, step):
     return checkpoint_lib.restore_subset(folder, step, {"state": {"params": params}})
 
 
-def _without_timing(rows):
-    return [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))} for r in rows]
-
-
 def test_kills_at_any_moment_resume_to_the_uninterrupted_run(tmp_path):
     """SIGKILL at random moments, inside a checkpoint write and inside a metrics write;
     each time the same command resumes; the end equals a run never interrupted."""
@@ -133,7 +129,7 @@ def test_kills_at_any_moment_resume_to_the_uninterrupted_run(tmp_path):
     a, b = read_metrics(str(tmp_path / "a")), read_metrics(str(tmp_path / "b"))
     assert [r["step"] for r in b] == list(range(1, 11))  # no step twice, none missing
     # exact: each resume runs the same programs on the same shapes and restored state
-    assert _without_timing(a) == _without_timing(b)
+    assert without_timing(a) == without_timing(b)
     pa, pb = _final_params(str(tmp_path / "a"), 10), _final_params(str(tmp_path / "b"), 10)
     leaves = zip(jax.tree.leaves(pa), jax.tree.leaves(pb), strict=True)
     assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in leaves)
@@ -241,11 +237,11 @@ def test_a_full_disk_keeps_the_previous_checkpoint_and_says_so(tmp_path):
     assert last.startswith("error: checkpoint 2 was not written to"), last
     assert "(File too large); the newest complete checkpoint, step 1, is intact" in last
     assert checkpoint_lib.Checkpointer(str(tmp_path)).latest_step() == 1
-    kept = _snapshot(tmp_path / "checkpoints" / "1")
+    kept = snapshot(tmp_path / "checkpoints" / "1")
     again = _cli(*run)
     assert again.wait(timeout=600) == 0, again.stderr.read()[-3000:]
     assert [r["step"] for r in read_metrics(str(tmp_path))] == [1, 2]
-    assert _snapshot(tmp_path / "checkpoints" / "1") == kept  # the resume read it, intact
+    assert snapshot(tmp_path / "checkpoints" / "1") == kept  # the resume read it, intact
 
 
 def nan_reward(response, problem):
@@ -258,16 +254,6 @@ def test_non_finite_updates_stop_the_run_with_a_reason(tmp_path):
     c.train.steps, c.train.eval_every = 10, 0
     with pytest.raises(RuntimeError, match=r"4 updates in a row skipped .*\(through step 2"):
         loop.train(config_lib.spec(c), str(tmp_path))
-
-
-def _snapshot(folder) -> dict:
-    out = {}
-    for root, _, names in os.walk(folder):
-        for name in names:
-            path = os.path.join(root, name)
-            with open(path, "rb") as f:
-                out[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -372,13 +358,13 @@ def test_bad_input_is_named_and_the_run_directory_is_untouched(
 ):
     if (what, change, message) in BAD_FILES:
         _bad_files(tmp_path)
-    before = _snapshot(existing_run)
+    before = snapshot(existing_run)
     c = grpo.get_config("smoke")
     c.train.allow_config_change = True
     _apply(c, change, tmp_path)
     with pytest.raises(ValueError, match=message):
         loop.train(config_lib.spec(c), str(existing_run))
-    assert _snapshot(existing_run) == before
+    assert snapshot(existing_run) == before
 
 
 def test_a_run_on_a_cached_base_model_resumes_after_its_folder_is_renamed(tmp_path):
@@ -401,7 +387,7 @@ def test_a_run_on_a_cached_base_model_resumes_after_its_folder_is_renamed(tmp_pa
 
 
 def test_work_directories_and_checkpoints_of_another_run_are_refused(existing_run, tmp_path):
-    before = _snapshot(existing_run)
+    before = snapshot(existing_run)
     c = grpo.get_config("smoke")
     c.rl.eps_high = 0.4
     with pytest.raises(ValueError, match=r"holds a run of another config \(rl.eps_high: 0.28"):
@@ -419,11 +405,11 @@ def test_work_directories_and_checkpoints_of_another_run_are_refused(existing_ru
         loop.train(config_lib.spec(grpo.get_config("smoke")), str(tmp_path / "file"))
     with pytest.raises(ValueError, match="a file, not a folder"):  # before it evaluates
         eval_mode.run_eval(config_lib.spec(grpo.get_config("smoke")), str(tmp_path / "file"))
-    assert _snapshot(existing_run) == before
+    assert snapshot(existing_run) == before
 
 
 def test_a_user_error_on_the_cli_is_one_line_and_exit_2(tmp_path):
-    from conftest import run_main
+    from helpers import run_main
 
     out = run_main(
         "--config", "configs/grpo.py:smoke", "--workdir", str(tmp_path),
@@ -470,7 +456,7 @@ def test_one_run_per_work_directory_and_a_killed_holder_leaves_no_lock(existing_
     and changes nothing; once the holder is killed (-9: no chance to clean up), the
     directory is free again; a run ends with the lock file empty (its bytes do not depend
     on who ran it)."""
-    before = _snapshot(existing_run)
+    before = snapshot(existing_run)
     assert before[".lock"] == hashlib.sha256(b"").hexdigest()
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD, str(existing_run)], stdout=subprocess.PIPE, text=True
@@ -495,7 +481,7 @@ def test_one_run_per_work_directory_and_a_killed_holder_leaves_no_lock(existing_
         holder.wait(timeout=60)
     finally:
         holder.kill()
-    assert _snapshot(existing_run) != before  # the dead holder's name is still in the file
+    assert snapshot(existing_run) != before  # the dead holder's name is still in the file
     with checkpoint_lib.only_writer(str(existing_run)):
         with pytest.raises(ValueError, match="is in use by pid"):  # one writer per process too
             with checkpoint_lib.only_writer(str(existing_run)):
@@ -504,4 +490,4 @@ def test_one_run_per_work_directory_and_a_killed_holder_leaves_no_lock(existing_
     with checkpoint_lib.only_writer(samples):
         with pytest.raises(ValueError, match=f"--workdir {samples} is in use by pid"):
             sample_mode.run_sample(testing.smoke(), samples)
-    assert _snapshot(existing_run) == before
+    assert snapshot(existing_run) == before

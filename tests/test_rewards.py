@@ -14,17 +14,8 @@ import pytest
 
 from explore_rl import config as config_lib
 from explore_rl import testing
-from explore_rl.rewards.math import (
-    Scores,
-    Verifier,
-    after_hash,
-    correct,
-    equivalent,
-    extract_answer,
-    format_reward,
-    last_boxed,
-    last_number,
-)
+from explore_rl.answers import after_hash, extract_answer, last_boxed, last_number
+from explore_rl.rewards.math import Scores, Verifier, correct, equivalent, format_reward
 
 
 def test_extraction():

@@ -5,62 +5,24 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.stats
-from conftest import assert_float32_close, forward, left_padded_batch
+from helpers import (
+    G,
+    Q,
+    T,
+    assert_float32_close,
+    forward,
+    log_softmax,
+    logit_scale,
+    reference_truncated_logprob,
+    response_logits,
+)
 
-from explore_rl.models import presets, transformer
+from explore_rl.models import transformer
 from explore_rl.models.transformer import Interventions
 from explore_rl.sampling import sampler, schedules
 from explore_rl.sampling.sampler import SamplingConfig, greedy, sample
 
 pytestmark = [pytest.mark.usefixtures("highest_precision"), pytest.mark.numerics]
-
-Q, G, T = 3, 4, 8
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    cfg = presets.get_preset("tiny-qwen2")
-    params = transformer.init_params(cfg, jax.random.key(1), scale=0.4)
-    tokens, mask = left_padded_batch(np.random.default_rng(3), [7, 3, 5], 64, 8)
-    return params, cfg, jnp.asarray(tokens), jnp.asarray(mask)
-
-
-def response_logits(params, cfg, prompt, pmask, tokens, rmask):
-    """Logits that predict each response token, from one full forward per row (no cache)."""
-    out = []
-    for p, pm, r, rm in zip(*map(np.asarray, (prompt, pmask, tokens, rmask))):
-        seq = np.concatenate([p[pm], r[rm]])
-        x = jnp.asarray(seq)[None]
-        logits = forward(params, cfg, x, jnp.arange(len(seq))[None], jnp.ones_like(x, bool)).logits[
-            0
-        ]
-        n = int(pm.sum())
-        row = np.zeros((r.shape[0], cfg.vocab_size), np.float32)
-        row[: rm.sum()] = np.asarray(logits[n - 1 : n - 1 + rm.sum()])
-        out.append(row)
-    return np.stack(out)
-
-
-def logit_scale(params, cfg, prompts, pmask, tokens, mask, temperature=1.0, interventions=None):
-    """max |logit / tau| over the real response positions (greedy ones, tau 0, left out):
-    the magnitude the rows' log-probs and entropies are computed from, and so the scale of
-    their float32 rounding. One plain forward of each row's prompt (`prompts` [B, L], row
-    b's own) and response; `interventions` steering only (appended slots are seen through
-    a cache: they mix attention, and the final RMS norm keeps the logits' scale)."""
-    seq = jnp.concatenate([jnp.asarray(prompts), jnp.asarray(tokens)], 1)
-    seen = jnp.concatenate([jnp.asarray(pmask, bool), jnp.asarray(mask, bool)], 1)
-    pos = transformer.positions_from_mask(seen)
-    logits = forward(params, cfg, seq, pos, seen, None, interventions).logits
-    n, t = prompts.shape[1], tokens.shape[1]
-    z = np.abs(np.asarray(logits[:, n - 1 : n - 1 + t])).max(-1)  # predicts response token t
-    tau = np.broadcast_to(np.asarray(temperature, np.float32), z.shape)
-    live = np.asarray(mask, bool) & (tau > 0)
-    return float((z[live] / tau[live]).max())
-
-
-def log_softmax(z):
-    z = z - z.max(-1, keepdims=True)
-    return z - np.log(np.exp(z).sum(-1, keepdims=True))
 
 
 def test_mu_equals_full_forward_logprob_at_temperature_one(tiny):
@@ -90,19 +52,6 @@ def test_mu_equals_full_forward_logprob_at_temperature_one(tiny):
         toks = np.asarray(r.tokens[b])[: lengths[b]]
         assert bool(r.finished[b]) == (toks[-1] in (5, 9))
         assert not set(toks[:-1]) & {5, 9}
-
-
-def reference_truncated_logprob(logits, tau, top_p, top_k):
-    """log q of every token: temperature, then top-k, then top-p of the renormalised rest."""
-    z = logits / tau
-    order = np.argsort(-z, kind="stable")
-    p = np.exp(log_softmax(z))[order]
-    keep = np.ones_like(p, bool) if top_k == 0 else np.arange(len(p)) < top_k
-    pk = np.where(keep, p, 0) / np.where(keep, p, 0).sum()
-    keep &= np.cumsum(pk) - pk < top_p
-    q = np.full(len(p), -np.inf)
-    q[order[keep]] = np.log(p[keep] / p[keep].sum())
-    return q
 
 
 @pytest.mark.parametrize("top_p,top_k", [(0.8, 0), (0.9, 6), (1.0, 4)])

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close, forward
+from helpers import assert_float32_close, forward
 
 from configs import grpo
 from explore_rl import config as config_lib

@@ -5,17 +5,17 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import make_hf_checkpoint, subprocess_env
+from helpers import make_hf_checkpoint, subprocess_env
 
 SCRIPT = textwrap.dedent("""
     import sys
     import jax, numpy as np
     from jax.sharding import PartitionSpec as P
     from explore_rl import parallel
-    from explore_rl.models import weights
+    from explore_rl.models import family, weights
     assert jax.device_count() == 8
     mesh = parallel.make_mesh(data=2, fsdp=2, tensor=2)
-    put, read = parallel.placer(mesh), {}
+    put, read = parallel.placer(mesh, family.axes), {}
 
     class Seen:  # the memory-mapped tensor, noting what part of it each read takes
         def __init__(self, path, w):

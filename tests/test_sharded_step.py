@@ -1,13 +1,13 @@
 """On a (data 2, fsdp 2, tensor 2) mesh of 8 fake CPU devices, a sampling call and two
 train steps give what one device gives, with the layers unrolled and scanned: the same
-tokens, mu and params to float32 rounding (`conftest.assert_float32_close`)."""
+tokens, mu and params to float32 rounding (`helpers.assert_float32_close`)."""
 
 import subprocess
 import sys
 import textwrap
 
 import pytest
-from conftest import subprocess_env
+from helpers import subprocess_env
 
 # sharded against one device: other partial sums, other summation orders
 pytestmark = pytest.mark.numerics
@@ -19,13 +19,13 @@ SCRIPT = textwrap.dedent("""
     from explore_rl import caching
     caching.enable_compilation_cache()
     from explore_rl import parallel
-    from explore_rl.models import presets, transformer
+    from explore_rl.models import family, presets, transformer
     from explore_rl.rl import footprint, losses
     from explore_rl.rl.train_step import Batch, OptimConfig, init_state, make_optimizer
-    from explore_rl.rl.train_step import score, train_step
+    from explore_rl.rl.scoring import score
+    from explore_rl.rl.train_step import train_step
     from explore_rl.sampling.sampler import SamplingConfig, sample
-    from conftest import assert_float32_close
-    from test_sampler import logit_scale
+    from helpers import assert_float32_close, logit_scale
     assert jax.device_count() == 8
     cfg = presets.get_preset("tiny-qwen2")
     params = transformer.init_params(cfg, jax.random.key(0), scale=0.3)
@@ -42,7 +42,7 @@ SCRIPT = textwrap.dedent("""
         batch = parallel.shard_batch(batch, mesh)
         oc, lc = OptimConfig(lr=1e-3, micro_batches=2), losses.LossConfig()
         opt = make_optimizer(oc)
-        state = parallel.create(init_state, mesh, jax.tree.map(jnp.copy, params), opt)
+        state = parallel.create(init_state, mesh, family.axes, jax.tree.map(jnp.copy, params), opt)
         state, m = train_step(state, batch, cfg, lc, oc, opt)
         state, _ = train_step(state, batch, cfg, lc, oc, opt)
         return r, batch, state, m
@@ -53,7 +53,7 @@ SCRIPT = textwrap.dedent("""
     z = logit_scale(params, cfg, prompts[src], pmask[src], r1.tokens, r1.mask)  # mu's logits
     mesh = parallel.make_mesh(data=2, fsdp=2, tensor=2)
     with parallel.use(mesh):
-        placed = parallel.place(params, mesh)
+        placed = parallel.place(params, mesh, family.axes)
         specs = {n: placed["layers"][0][n].sharding.spec for n in ("q", "k", "o", "down")}
         assert specs == {"q": P("fsdp", "tensor", None), "k": P("fsdp", "tensor", None),
                          "o": P("tensor", None, "fsdp"), "down": P("tensor", "fsdp")}, specs
@@ -93,7 +93,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_data_fsdp_tensor_mesh_equals_one_device():
-    out = subprocess.run(  # conftest's helpers, importable
+    out = subprocess.run(  # helpers importable
         [sys.executable, "-c", SCRIPT], env=subprocess_env(8), capture_output=True, text=True,
         timeout=600,
     )  # fmt: skip

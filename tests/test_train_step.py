@@ -4,8 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_float32_close, forward, left_padded_batch, score
-from test_sampler import logit_scale
+from helpers import assert_float32_close, forward, left_padded_batch, logit_scale, score
 
 from explore_rl.models import presets, transformer
 from explore_rl.rl import advantages, losses

@@ -10,7 +10,7 @@ import sys
 import jax
 import numpy as np
 import pytest
-from conftest import run_main
+from helpers import run_main
 
 from configs import grpo
 from explore_rl import checkpoint, testing

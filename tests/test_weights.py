@@ -6,7 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import make_hf_checkpoint
+from helpers import make_hf_checkpoint
 
 from explore_rl.models import weights
 

@@ -25,7 +25,7 @@ from explore_rl.bench.common import (
     benchmarked_model,
 )
 from explore_rl.models import weights
-from explore_rl.sampling import sampler
+from explore_rl.sampling import sampler, shapes
 
 HELP = "decode slots vs the one pass, long-tailed lengths"
 
@@ -64,7 +64,7 @@ def run_one(args) -> dict:
     else:  # the demo task's questions: mostly short answers, a few that ramble
         problems = arithmetic.make_arithmetic(args.prompts, split="test")
         fmt = PromptFormat(instruction=" Put the final answer in \\boxed{}.")
-    tokens, mask = sampler.left_pad(
+    tokens, mask = shapes.left_pad(
         [tok.encode(fmt.text(tok, p.question)) for p in problems], tok.pad_id
     )
     b = args.prompts * args.group

@@ -23,7 +23,7 @@ from explore_rl.bench.common import (
     timed,
 )
 from explore_rl.models import weights
-from explore_rl.sampling import sampler
+from explore_rl.sampling import sampler, shapes
 
 HELP = "rollout throughput on the peer workload"
 
@@ -44,7 +44,7 @@ def check(args) -> str | None:
 def run(args) -> dict:
     params, cfg, tok = benchmarked_model(args)
     rows = [tok.encode_chat([{"role": "user", "content": q}]) for q in peer_questions()]
-    tokens, mask = sampler.left_pad(rows, tok.pad_id)
+    tokens, mask = shapes.left_pad(rows, tok.pad_id)
     b = PEER_PROMPTS * PEER_GROUP
     tau = jnp.ones((b, PEER_NEW))
     sc = sampler.SamplingConfig(PEER_NEW)  # no stop ids: 32 tokens forced, as the peers

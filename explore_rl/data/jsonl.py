@@ -17,8 +17,8 @@ import json
 import logging
 import os
 
+from explore_rl.answers import after_hash, last_boxed
 from explore_rl.data.tasks import WHOLE, Problem, Shard, register
-from explore_rl.rewards.math import after_hash, last_boxed
 
 
 @dataclasses.dataclass(frozen=True)

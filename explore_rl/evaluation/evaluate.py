@@ -17,10 +17,11 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
+from explore_rl.answers import extract_answer
 from explore_rl.data.tasks import Problem
 from explore_rl.evaluation import metrics
 from explore_rl.exploration import base as exploration
-from explore_rl.rewards.math import Verifier, extract_answer
+from explore_rl.rewards.math import Verifier
 from explore_rl.rl import rollout
 from explore_rl.rl.plan import base_plan
 from explore_rl.spec import RunSpec

@@ -9,7 +9,7 @@ rows of one (problem, route) share one prefill. While the bank is empty every ro
 After the verifier, in each group with both outcomes, min(|P|, |N|) correct and incorrect
 rollouts are paired at random. Each pair's prompt + response is replayed through the
 unsteered policy that sampled it (the update's scoring pass with a readout, stopped after
-block `layer`: `train_step.readout`), reading block `layer`'s output at response token
+block `layer`: `scoring.readout`), reading block `layer`'s output at response token
 floor(f x length) (`position = "fraction"`, f = 0.25) or its mean over the response
 (`"mean"`). The pairs (h+, h-) go to a buffer of fixed capacity (the oldest leave first).
 
@@ -66,7 +66,7 @@ from sklearn.decomposition import PCA
 from explore_rl.exploration.base import Explorer, Shaped, StepContext, register
 from explore_rl.models.transformer import Interventions
 from explore_rl.rl.plan import RolloutPlan
-from explore_rl.rl.train_step import readout
+from explore_rl.rl.scoring import readout
 from explore_rl.spec import RunSpec
 
 DIRECTIONS = ("contrast", "random", "shuffled", "reversed")

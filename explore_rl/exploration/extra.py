@@ -69,8 +69,8 @@ from explore_rl.data.tasks import Problem
 from explore_rl.exploration.base import Explorer, Shaped, StepContext, register
 from explore_rl.hoststate import HostState
 from explore_rl.rl.plan import RolloutPlan
-from explore_rl.rl.train_step import readout
-from explore_rl.sampling.sampler import bucket
+from explore_rl.rl.scoring import readout
+from explore_rl.sampling.shapes import bucket
 from explore_rl.spec import RunSpec
 
 FEATURES = ("minilm", "ngram", "hidden")

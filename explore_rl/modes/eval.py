@@ -17,6 +17,7 @@ from explore_rl import parallel
 from explore_rl.evaluation.evaluate import evaluate_policy, fit_held_out, run_keys
 from explore_rl.exploration import base as exploration
 from explore_rl.hoststate import HostState
+from explore_rl.models import family
 from explore_rl.sampling.engine import AUTO
 from explore_rl.spec import RunSpec, replace
 from explore_rl.train import sizing
@@ -36,7 +37,7 @@ def run_eval(spec: RunSpec, workdir: str | None) -> dict:
 
 def _evaluate(spec: RunSpec, explorers: list, workdir: str | None) -> dict:
     mesh = spec.mesh.make()
-    params, cfg, tok = spec.model.load(spec.seed, parallel.placer(mesh))
+    params, cfg, tok = spec.model.load(spec.seed, parallel.placer(mesh, family.axes))
     spec = spec.with_stop_ids(tok.stop_ids)
     test_sets, longest = fit_held_out(spec, tok, spec.problems()[1])
     if spec.rollout.engine.slots == AUTO:  # the most that fit beside the params alone

@@ -24,7 +24,7 @@ import jax
 
 from explore_rl import checkpoint as checkpoint_lib
 from explore_rl import parallel
-from explore_rl.models import presets, weights
+from explore_rl.models import family, presets, weights
 from explore_rl.models.transformer import init_params
 from explore_rl.spec import RunSpec
 
@@ -46,7 +46,7 @@ def trained_params(spec: RunSpec, mesh):
     into their shards without loading the original weights, or the model itself."""
     m = spec.model
     if not spec.eval.checkpoint:
-        params, cfg, _ = m.load(spec.seed, parallel.placer(mesh))
+        params, cfg, _ = m.load(spec.seed, parallel.placer(mesh, family.axes))
         return params, cfg, 0
     dtypes = dict(param_dtype=m.param_dtype, dtype=m.dtype)
     if m.random_init:
@@ -58,7 +58,7 @@ def trained_params(spec: RunSpec, mesh):
     like = jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
         abstract,
-        parallel.param_shardings(abstract, mesh),
+        parallel.param_shardings(abstract, mesh, family.axes),
     )
     folder, step = checkpoint_lib.locate(spec.eval.checkpoint, spec.export.step, "export.step")
     saved = checkpoint_lib.restore_subset(folder, step, {"state": {"params": like}})

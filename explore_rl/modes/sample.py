@@ -20,7 +20,8 @@ import optax
 
 from explore_rl import checkpoint, parallel
 from explore_rl.data import jsonl
-from explore_rl.sampling import engine, sampler
+from explore_rl.models import family
+from explore_rl.sampling import engine, shapes
 from explore_rl.sampling.engine import AUTO
 from explore_rl.spec import RunSpec
 from explore_rl.train import sizing
@@ -81,7 +82,7 @@ def run_sample(spec: RunSpec, workdir: str | None) -> list[dict]:
 def _sample(spec: RunSpec, prompts: list, workdir: str | None) -> list[dict]:
     start = time.perf_counter()
     mesh = spec.mesh.make()  # rows over every device
-    params, cfg, tok = spec.model.load(spec.seed, parallel.placer(mesh))
+    params, cfg, tok = spec.model.load(spec.seed, parallel.placer(mesh, family.axes))
     spec = spec.with_stop_ids(tok.stop_ids)
     say = print if parallel.is_main_process() else lambda *_: None  # one process speaks
     say(
@@ -93,7 +94,7 @@ def _sample(spec: RunSpec, prompts: list, workdir: str | None) -> list[dict]:
     if s.prompt_file:  # the file's prompts as written: the task's instruction is the task's
         fmt = dataclasses.replace(fmt, instruction="")
     rows = [tok.encode(fmt.text(tok, p)) for p, _ in prompts]
-    tokens, mask = sampler.left_pad(rows, tok.pad_id)
+    tokens, mask = shapes.left_pad(rows, tok.pad_id)
     g, n = s.samples_per_prompt, len(rows)
     start = time.perf_counter()
     with parallel.use(mesh):

@@ -44,7 +44,7 @@ import jax
 import numpy as np
 
 from explore_rl import parallel
-from explore_rl.models import transformer
+from explore_rl.models import family, transformer
 from explore_rl.models.presets import ModelConfig
 
 GIB = 2**30
@@ -156,7 +156,7 @@ def per_device_bytes(tree, axis_sizes: dict) -> int:
     `axis_sizes`, each leaf divided as `parallel.param_shardings` places it."""
 
     def leaf(path, x):
-        spec = parallel.spec(parallel.leaf_name(path), tuple(x.shape), axis_sizes)
+        spec = parallel.spec(parallel.leaf_name(path), tuple(x.shape), axis_sizes, family.axes)
         return math.prod(x.shape) // _divisor(spec, axis_sizes) * np.dtype(x.dtype).itemsize
 
     return sum(jax.tree.leaves(jax.tree_util.tree_map_with_path(leaf, tree)))

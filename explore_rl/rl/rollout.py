@@ -23,7 +23,7 @@ from explore_rl.rewards.registry import Reward
 from explore_rl.rl.advantages import zero_advantage_groups
 from explore_rl.rl.plan import RolloutPlan
 from explore_rl.sampling import engine as engine_lib
-from explore_rl.sampling import sampler
+from explore_rl.sampling import sampler, shapes
 
 
 @dataclasses.dataclass
@@ -56,7 +56,7 @@ def encode(tok: Tokenizer, problems: list[Problem], fmt: PromptFormat, max_len: 
         raise ValueError(
             f"a prompt has {longest} tokens, more than rollout.max_prompt_len={max_len}"
         )
-    tokens, mask = sampler.left_pad(rows, tok.pad_id)
+    tokens, mask = shapes.left_pad(rows, tok.pad_id)
     return np.asarray(tokens), np.asarray(mask)
 
 

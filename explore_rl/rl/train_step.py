@@ -1,10 +1,4 @@
-"""Scoring rollouts and the jitted, donated GRPO update.
-
-Rollouts are scored with the group-shared prompt: each of the Q prompts runs forward once
-and its keys become the shared prefix of its G responses (`KVCache.prefix_*`), so the
-prompt costs one forward, and its gradient is the sum over the group. The log-prob of
-response token t comes from the hidden state before it: the prompt's last position for
-t = 0, response position t - 1 after.
+"""The jitted, donated GRPO update (its log-probs from `scoring.score`).
 
 `train_step` = one optimizer step: gradients accumulated over micro-batches of whole
 groups, every micro-batch's loss divided by the whole batch's normaliser (so they sum to
@@ -34,10 +28,11 @@ from flax import struct
 from jaxtyping import Array, Bool, Float, Int
 
 from explore_rl import parallel
-from explore_rl.models import transformer
+from explore_rl.models import family
 from explore_rl.models.presets import ModelConfig
 from explore_rl.rl import losses
-from explore_rl.sampling import sampler
+from explore_rl.rl.scoring import score
+from explore_rl.sampling import shapes
 
 
 @struct.dataclass
@@ -145,43 +140,6 @@ def init_state(params: dict, optimizer: optax.GradientTransformation) -> TrainSt
     )
 
 
-def _continue_prompts(params, cfg, prompts, prompt_mask, inputs, mask, interventions=None):
-    """The decoder over Q prompts (one forward each, as the sampler prefills them) and
-    the B = Q x G rows continuing them (row b after prompt b // G, its keys read from the
-    shared prefix): (each prompt's last hidden state [Q, D], the rows' output), no logits."""
-    q, (b, t) = prompts.shape[0], inputs.shape
-    prompt_mask = prompt_mask.astype(bool)
-    rows = sampler.grouped_rows(q, b)
-    prefix, last = sampler.prefill_prompts(params, cfg, prompts, prompt_mask, interventions, rows)
-    start = jnp.repeat(jnp.sum(prompt_mask, axis=1), b // q)[:, None]
-    cache = transformer.init_cache(cfg, b, t, prefix=prefix)
-    out = transformer.hidden_states(
-        params, cfg, inputs, start + jnp.arange(t)[None], mask.astype(bool), cache, interventions
-    )
-    return last, out
-
-
-def score(params: dict, cfg: ModelConfig, prompts, prompt_mask, tokens, mask, temperature=1.0):
-    """log pi(token) and the entropy of pi at each response position, [B, T] each, pi =
-    softmax(logits / temperature) (the score temperature: `LossConfig.score_temperature`).
-    No [B, T, V] logits are held (`transformer.token_logprobs`)."""
-    g = tokens.shape[0] // prompts.shape[0]
-    last, out = _continue_prompts(params, cfg, prompts, prompt_mask, tokens[:, :-1], mask[:, :-1])
-    first = jnp.repeat(last[:, None], g, axis=0)
-    hidden = jnp.concatenate([first, out.hidden], axis=1)
-    return transformer.token_logprobs(params, cfg, hidden, tokens, temperature)
-
-
-def readout(params: dict, cfg: ModelConfig, prompts, prompt_mask, tokens, mask, layer: int):
-    """Block `layer`'s output at each response token, [B, T, D]: the scoring pass above
-    with response token t as the input at its position, unsteered, stopped after that
-    block (the blocks above it are not run)."""
-    below = {**params, "layers": params["layers"][: layer + 1]}
-    cut = dataclasses.replace(cfg, n_layers=layer + 1)
-    iv = transformer.Interventions(readout_layer=layer)
-    return _continue_prompts(below, cut, prompts, prompt_mask, tokens, mask, iv)[1].readout
-
-
 def group_slice(batch: Batch, m: int, i: int) -> Batch:
     """Part i of m equal parts of the batch, whole groups each (they keep their prompt)."""
     q = batch.prompts.shape[0]
@@ -207,7 +165,7 @@ def plan_micro_batches(
     `micro_batch_tokens` 0: `micro_batches` equal parts in order, every row whole. Else
     verl's dynamic batch size with whole groups: the groups sorted by their longest
     response, each micro-batch at its first (longest) group's length bucket (the fine
-    grid of `sampler.bucket`) takes as many groups as fit `micro_batch_tokens` per shard
+    grid of `shapes.bucket`) takes as many groups as fit `micro_batch_tokens` per shard
     at that length (a group costs its prompt once and its G rows: L + G x length), at
     least one per shard and no more than the step's groups need, a multiple of `shards`
     (the batch axes' devices); its last micro-batch is filled out with groups not `live`.
@@ -222,7 +180,7 @@ def plan_micro_batches(
     order = np.argsort(-longest, kind="stable")
     plan, i = [], 0
     while i < q:
-        length = min(sampler.bucket(max(int(longest[order[i]]), 1), fine=True), t)
+        length = min(shapes.bucket(max(int(longest[order[i]]), 1), fine=True), t)
         fits = oc.micro_batch_tokens // (prompt_len + g * length)
         n = min(max(fits, 1), -(-q // shards)) * shards
         taken = order[i : i + n]
@@ -345,12 +303,12 @@ def _accumulate(params, grads, totals, batch, groups, live, n, clips, cfg, lc, l
         for k, v in metrics.items()
     }
     new = {"loss": loss.astype(jnp.float32), "tokens": tokens, **metrics}
-    g = parallel.constrain_params(g)  # the accumulator lives where the params do
+    g = parallel.constrain_params(g, family.axes)  # the accumulator lives where the params do
     if grads is None:
         return g, new
     combine = {k: jnp.maximum if k in losses.MAX_METRICS else jnp.add for k in new}
     totals = {k: combine[k](totals[k], v) for k, v in new.items()}
-    return parallel.constrain_params(jax.tree.map(jnp.add, grads, g)), totals
+    return parallel.constrain_params(jax.tree.map(jnp.add, grads, g), family.axes), totals
 
 
 @functools.partial(jax.jit, static_argnames=("optimizer",), donate_argnames=("state",))
@@ -373,8 +331,8 @@ def _apply(state, grads, totals, optimizer):
     params, opt_state = jax.lax.cond(finite, apply, lambda _: (state.params, state.opt_state), None)
     state = state.replace(  # the out shardings: the new state where the old one was
         step=state.step + 1,
-        params=parallel.constrain_params(params),
-        opt_state=parallel.constrain_params(opt_state),
+        params=parallel.constrain_params(params, family.axes),
+        opt_state=parallel.constrain_params(opt_state, family.axes),
         skipped=state.skipped + (~finite).astype(jnp.int32),
     )
     metrics.update(

@@ -47,7 +47,7 @@ from explore_rl import parallel
 from explore_rl.models import transformer
 from explore_rl.models.presets import ModelConfig
 from explore_rl.models.transformer import Interventions
-from explore_rl.sampling import sampler
+from explore_rl.sampling import sampler, shapes
 from explore_rl.sampling.sampler import Samples, SamplingConfig
 
 AUTO = "auto"
@@ -146,7 +146,7 @@ def generate(
     args = (params, cfg, prompts, prompt_mask, rng, temperature, config, interventions)
     if not engine.slots or engine.slots >= b:
         return _one_pass(*args, prefill_rows)
-    rows = sampler.grouped_rows(prompts.shape[0], b) if prefill_rows is None else prefill_rows
+    rows = shapes.grouped_rows(prompts.shape[0], b) if prefill_rows is None else prefill_rows
     return _slotted(*args, jnp.asarray(rows, jnp.int32), engine)
 
 

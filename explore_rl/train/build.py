@@ -31,6 +31,7 @@ from explore_rl.data import sharded, tasks
 from explore_rl.evaluation.evaluate import fit_held_out, run_keys
 from explore_rl.exploration import base as exploration
 from explore_rl.logs import flatten
+from explore_rl.models import family
 from explore_rl.models.presets import ModelConfig
 from explore_rl.models.tokenizer import Tokenizer
 from explore_rl.rewards.math import Verifier
@@ -168,9 +169,9 @@ def start(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mesh
             run.spec, cfg, dict(mesh.shape), run.optimizer, run.longest_prompt, run.explorers,
             run.memory_estimate,
         )  # fmt: skip
-    params = spec.model.load_params(spec.seed, cfg, parallel.placer(mesh))
+    params = spec.model.load_params(spec.seed, cfg, parallel.placer(mesh, family.axes))
     run.ref_params = jax.tree.map(jnp.copy, params) if spec.loss.kl_coef else None
-    state = parallel.create(init_state, mesh, params, run.optimizer)
+    state = parallel.create(init_state, mesh, family.axes, params, run.optimizer)
     return run, _resume(run, ckpt, step, state, mesh), ckpt
 
 

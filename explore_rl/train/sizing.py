@@ -14,7 +14,7 @@ from __future__ import annotations
 from explore_rl import parallel
 from explore_rl.exploration import base as exploration
 from explore_rl.rl import footprint
-from explore_rl.sampling import sampler
+from explore_rl.sampling import shapes
 from explore_rl.sampling.engine import AUTO
 from explore_rl.spec import RunSpec, replace
 
@@ -28,7 +28,7 @@ def step_sizes(spec: RunSpec, longest_prompt: int, axis_sizes: dict | None = Non
     rows = spec.rollout.prompts * spec.rollout.group_size
     n_slots = 0 if spec.rollout.engine.slots == AUTO else spec.rollout.engine.slots
     slotted = 0 < n_slots < rows
-    prompt_len = sampler.bucket(max(longest_prompt, 1))
+    prompt_len = shapes.bucket(max(longest_prompt, 1))
     g, t = spec.rollout.group_size, spec.rollout.sampling.max_new_tokens
     groups = spec.rollout.prompts // spec.update.minibatches  # an optimizer step's
     length = length or t
@@ -55,7 +55,7 @@ def estimate(spec, cfg, axis_sizes, optimizer, longest_prompt, explorers, capaci
     lengths) on a mesh of `axis_sizes`. A token budget's micro-batches trade rows for
     length: the update is its widest micro-batch's (the shortest bucket of the update's
     grid, most groups) or its longest's, whichever is larger."""
-    lengths = [0, sampler.bucket(1, fine=True)] if spec.optim.micro_batch_tokens else [0]
+    lengths = [0, shapes.bucket(1, fine=True)] if spec.optim.micro_batch_tokens else [0]
     estimates = [
         footprint.estimate(
             cfg,
@@ -142,7 +142,7 @@ def fixes(spec, cfg, axis_sizes, optimizer, longest_prompt, explorers, capacity=
         if cfg.remat == "none" and update_fits(spec, remat):
             settings, cfg_ = ["model.remat=block"], remat
         else:
-            one_group = sampler.bucket(max(longest_prompt, 1)) + spec.rollout.group_size * (
+            one_group = shapes.bucket(max(longest_prompt, 1)) + spec.rollout.group_size * (
                 spec.rollout.sampling.max_new_tokens
             )
             for b in (2**e for e in range(30, 0, -1) if 2**e >= one_group):

@@ -15,11 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from explore_rl import memory, parallel
+from explore_rl.answers import extract_answer
 from explore_rl.data import sharded
 from explore_rl.evaluation import metrics as metrics_lib
 from explore_rl.evaluation.evaluate import evaluate_policy
 from explore_rl.exploration import base as exploration
-from explore_rl.rewards.math import extract_answer
 from explore_rl.rl import advantages as advantages_lib
 from explore_rl.rl import rollout as rollout_lib
 from explore_rl.rl.plan import RolloutPlan, base_plan
