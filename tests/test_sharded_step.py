@@ -17,7 +17,9 @@ SCRIPT = textwrap.dedent("""
     from jax.sharding import PartitionSpec as P
     jax.config.update("jax_default_matmul_precision", "highest")
     from explore_rl import caching
-    caching.enable_compilation_cache()
+    # read, as the suite's own processes do, never write: an 8-device program with
+    # collectives read back from the cache deadlocked its all-reduce in a later run
+    caching.enable_compilation_cache(write=False)
     from explore_rl import parallel
     from explore_rl.models import family, presets, transformer
     from explore_rl.rl import footprint, losses
