@@ -51,17 +51,19 @@ test-kernels: $(VENV)/.dev
 # Line coverage of explore_rl/ by each tier, the processes the tests start included
 # ([tool.coverage] in pyproject.toml), and the fast tier's share of the whole suite's. Each
 # tier's data stays in build/coverage/ (`.venv/bin/python -m coverage report
-# --data-file=build/coverage/fast` lists its files). About 35 min on 2 cores.
+# --data-file=build/coverage/fast` lists its files). pytest-cov saves each xdist worker's
+# data before the worker is told to exit: xdist kills a worker still exiting after 10 s,
+# which a loaded machine's took, and its data was lost. About 35 min on 2 cores.
 COVERAGE := $(CURDIR)/build/coverage
-COV = COVERAGE_FILE=$(COVERAGE)/$(1) $(PY) -m coverage
+COV = COVERAGE_FILE=$(COVERAGE)/$(1)
 
 coverage: $(VENV)/.dev
 	rm -rf $(COVERAGE) && mkdir -p $(COVERAGE)
-	$(call COV,fast) run -m pytest -q $(XDIST) -p no:cacheprovider -m "not slow"
-	$(call COV,all) run -m pytest -q $(XDIST) -p no:cacheprovider
-	$(call COV,fast) combine -q && $(call COV,all) combine -q
-	fast=$$($(call COV,fast) report --format=total); \
-		all=$$($(call COV,all) report --format=total); \
+	$(call COV,fast) $(PY) -m pytest -q $(XDIST) -p no:cacheprovider --cov --cov-report= \
+		-m "not slow"
+	$(call COV,all) $(PY) -m pytest -q $(XDIST) -p no:cacheprovider --cov --cov-report=
+	fast=$$($(call COV,fast) $(PY) -m coverage report --format=total); \
+		all=$$($(call COV,all) $(PY) -m coverage report --format=total); \
 		awk -v f=$$fast -v a=$$all \
 		'BEGIN { printf "fast tier %s%%, whole suite %s%%: %.3f\n", f, a, f / a }'
 
