@@ -57,6 +57,8 @@ setup(
         "dev": [
             "pytest",
             "pytest-xdist",
+            "coverage>=7.10.6",  # `make coverage` (7.10.6: processes started in other folders)
+            "pytest-cov>=7",
             "ruff",
             "torch==2.13.0",
             "transformers",  # reference implementations in the tests; bench's peer

@@ -107,6 +107,7 @@ SHARDED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_the_new_family_shards_on_a_mesh(tmp_path):
     make_hf_checkpoint(tmp_path, HF_MISTRAL)
     here = os.path.dirname(os.path.abspath(__file__))

@@ -46,6 +46,7 @@ def test_a_recipe_is_trained_once_and_every_run_starts_from_its_last_weights(cou
         assert json.load(f)["train"]["steps"] == lab.get_config("sft,smoke").train.steps
 
 
+@pytest.mark.slow
 def test_another_task_is_another_recipe_and_its_run_trains_on_it(counted_sft, tmp_path):
     rl = lab.get_config("smoke")
     rl.task.name, rl.task.countdown.inputs, rl.task.train_size = "countdown", 4, 64

@@ -6,6 +6,7 @@ import pytest
 from explore_rl import bench
 
 
+@pytest.mark.slow
 def test_bench_scale_reports_throughput_mfu_and_memory_per_shape():
     out = bench.main(
         ["scale", "--presets", "tiny-qwen2,tiny-llama", "--dtype", "float32", "--prompts", "2",
@@ -40,6 +41,7 @@ def test_bench_engine_reports_what_each_slot_count_did():
         assert 0 < r["occupancy"] <= 1 and r["kv_cache_bytes"] > 0
 
 
+@pytest.mark.slow
 def test_bench_lab_reports_the_base_models_regime_and_a_steps_shares(tmp_path, monkeypatch):
     """At the smoke size (a base model of 2 SFT steps, in this test's cache): Pass@k is
     monotone in k, each part's questions add up, zero-advantage groups are a share, and

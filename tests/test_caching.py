@@ -133,6 +133,7 @@ def _run(script: str, cache: str) -> str:
     return done.stdout.split()[-1]
 
 
+@pytest.mark.slow
 def test_compilation_cache_is_shared_by_processes(tmp_path):
     assert _run(WRITING, str(tmp_path)) == str(tmp_path / "xla")
     entries = sorted(os.listdir(tmp_path / "xla"))
@@ -144,6 +145,7 @@ def test_compilation_cache_is_shared_by_processes(tmp_path):
     assert {e: os.path.getmtime(tmp_path / "xla" / e) for e in entries} == mtimes
 
 
+@pytest.mark.slow
 def test_a_reading_process_uses_the_cache_and_writes_nothing(tmp_path):
     """The test suite's processes (`write=False`): they serialize no program, and they load
     the programs another process wrote."""

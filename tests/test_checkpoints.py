@@ -39,7 +39,15 @@ def test_a_step_is_deleted_only_once_a_newer_one_is_digested(tmp_path):
     assert checkpoint_lib.steps(folder) == checkpoint_lib.digested(folder) == [2]
 
 
-@pytest.mark.parametrize("damage", ["bytes", "metadata", "undigested"])
+# one kind of damage in the fast tier: each is three training runs
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param("bytes", marks=pytest.mark.slow),
+        "metadata",
+        pytest.param("undigested", marks=pytest.mark.slow),
+    ],
+)
 def test_a_damaged_newest_step_is_set_aside_and_the_run_resumes_before_it(damage, tmp_path, capsys):
     """64 bytes overwritten in the newest step's largest file (found by its digest), its
     metadata file deleted (found by its digest), or the metadata file of a newest step

@@ -67,6 +67,7 @@ def _python_in(folder, *args):
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_every_config_and_argument_loads_from_another_directory(tmp_path):
     specs = [f"configs/{s}" for group in SPECS.values() for s in group]
     out = _python_in(tmp_path, "-c", LOAD_ALL, json.dumps(specs))

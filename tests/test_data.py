@@ -228,6 +228,7 @@ def test_a_preset_alone_reads_the_projects_benchmark_files():
     assert list(config_lib.spec(c).problems()[1]) == ["aime24"]
 
 
+@pytest.mark.slow
 def test_a_preset_evaluates_from_any_directory_and_cannot_train_without_data(tmp_path):
     """`--config.task.preset=math500` with no path, run outside the clone."""
     from helpers import run_main

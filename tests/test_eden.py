@@ -23,8 +23,9 @@ from explore_rl.rl.plan import base_plan
 from explore_rl.sampling.sampler import sample
 from explore_rl.train import loop, steps
 
-# each test builds a run (tiny model, embedded tokenizer)
-pytestmark = [pytest.mark.slow, pytest.mark.numerics]
+# slow: the tests of a started run (`run` screens its bank: most of the module's time) and
+# the training runs
+pytestmark = pytest.mark.numerics
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +48,7 @@ def _plan(r, progress, step=0, key=0):
     return ex.plan(progress.explorers["eden"], p, ctx, jax.random.key(key)), ex
 
 
+@pytest.mark.slow
 def test_noise_norm_and_masked_clean_rows(run):
     r, progress = run
     plan, ex = _plan(r, progress)
@@ -90,6 +92,7 @@ def _encode(r, problems):
     return encode(r.tok, problems, r.spec.prompt, r.spec.rollout.max_prompt_len)
 
 
+@pytest.mark.slow
 def test_update_scores_every_row_under_the_clean_prompt(run):
     r, progress = run
     ro, _, _ = steps.collect(r, progress, 0)
@@ -178,6 +181,7 @@ class _Tok:
         return f"t{ids[0]}"
 
 
+@pytest.mark.slow
 def test_word_pool_and_bank_determinism(run, tmp_path):
     r, progress = run
     pool = eden.lexical_pool(r.tok)
@@ -201,6 +205,7 @@ def test_word_pool_and_bank_determinism(run, tmp_path):
     assert not np.array_equal(np.asarray(other.init(ctx)["ids"]), np.asarray(again["ids"]))
 
 
+@pytest.mark.slow
 def test_user_supplied_bank_tokens(run):
     r, progress = run
     e = eden.EDEN.Spec(bank_tokens="apple, river", bank_size=2, noisy=1)
@@ -219,6 +224,7 @@ def test_user_supplied_bank_tokens(run):
         eden.EDEN.check(dataclasses.replace(e, bank_size=3), r.spec)
 
 
+@pytest.mark.slow
 def test_bank_survives_resume(tmp_path):
     c = eden_config.get_config("smoke")
     c.train.steps, c.train.eval_every = 2, 0
@@ -238,6 +244,7 @@ def test_bank_survives_resume(tmp_path):
     assert [b["id"] for b in bank] == np.asarray(first.explorers["eden"]["ids"]).tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ablation", sorted(eden_config.ABLATIONS))
 def test_ablation_smoke_configs_train(ablation, tmp_path):
     c = eden_config.get_config(f"{ablation},smoke")
@@ -248,6 +255,7 @@ def test_ablation_smoke_configs_train(ablation, tmp_path):
     assert row["train/skipped_updates"] == 0 and "eden/kept_frac" in row
 
 
+@pytest.mark.slow
 def test_smoke_config_composed_with_ead(tmp_path):
     c = eden_config.get_config("smoke")
     c.exploration.methods = ("eden", "ead")

@@ -144,6 +144,7 @@ def test_plans_compose_in_order():
     np.testing.assert_allclose(tau[2], 0.5 * ead, rtol=1e-6)  # a cooled row: the product
 
 
+@pytest.mark.slow
 def test_config_errors_name_the_problem():
     with pytest.raises(ValueError, match="exploration.methods='nope': known"):
         config_lib.spec(_config(("nope",)))

@@ -165,6 +165,7 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
 ROOT = os.path.join(HERE, "..")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, ".git")), reason="git's ignore rules")
 def test_the_kept_runs_are_not_ignored_by_git():
     """The kept runs exist to be committed: a `runs/` rule that matched any folder of that

@@ -58,6 +58,7 @@ def test_dry_run_prints_one_command_per_point(capsys):
     assert lines[0].endswith("--config.exploration.ead.convention=paper")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CONFIGS)
 def test_the_slurm_script_has_one_multi_node_run_per_point(name, tmp_path, capsys):
     spec = f"configs/{name}" + (":gspo" if name == "controls.py" else "")

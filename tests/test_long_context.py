@@ -267,6 +267,7 @@ def _update_temp_bytes(cfg, t: int) -> int:
     return jax.jit(grad).lower(params, batch).compile().memory_analysis().temp_size_in_bytes
 
 
+@pytest.mark.slow
 def test_the_update_memory_grows_linearly_with_the_length():
     """From 512 to 2048 response tokens (4x): the dense path's working memory grows ~16x
     (the [T, S] scores of every layer are kept for the backward), the blockwise one's

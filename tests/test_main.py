@@ -6,9 +6,8 @@ import re
 import pytest
 from helpers import run_main
 
-pytestmark = pytest.mark.slow  # subprocesses that load the embedded model
 
-
+@pytest.mark.slow  # the command line, loading the embedded model
 def test_sample_mode_writes_samples(tmp_path):
     """On a mesh of two (fake) devices: the rows are decoded over both."""
     prompts = tmp_path / "prompts.jsonl"
@@ -34,6 +33,7 @@ def test_sample_mode_writes_samples(tmp_path):
     assert json.load(open(tmp_path / "run" / "config.json"))["sample"]["temperature"] == 1.0
 
 
+@pytest.mark.slow  # the command line, loading the embedded model
 def test_bad_config_and_prompt_field_fail_clearly(tmp_path):
     out = run_main(
         "--mode", "sample", "--config", "configs/base.py", "--config.sample.no_such_key=1"

@@ -11,8 +11,9 @@ first; the getting-started page's Python block runs as a script, fully optimised
 notebooks that load the embedded SmolLM2-135M are (running it is the time). A command the
 pages give twice runs once. `docs/adding_a_method.md`'s commands need its files inside the package:
 `tests/test_adding_a_method.py` runs them in a copy of the project with the files placed.
-`make test` is the command that runs this suite; `make demo` is checked with `make -n` (its
-recipe resolves and runs `configs/grpo.py:demo`, trained here at smoke scale)."""
+`make test-all` is the command that runs this suite (`make test` its fast tier); `make demo`
+is checked with `make -n` (its recipe resolves and runs `configs/grpo.py:demo`, trained here
+at smoke scale)."""
 
 import os
 import re

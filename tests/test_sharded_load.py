@@ -5,7 +5,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from helpers import make_hf_checkpoint, subprocess_env
+
+pytestmark = pytest.mark.slow  # a process of 8 CPU devices
 
 SCRIPT = textwrap.dedent("""
     import sys

@@ -10,7 +10,7 @@ import pytest
 from helpers import subprocess_env
 
 # sharded against one device: other partial sums, other summation orders
-pytestmark = pytest.mark.numerics
+pytestmark = [pytest.mark.slow, pytest.mark.numerics]  # a process of 8 CPU devices
 
 SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np

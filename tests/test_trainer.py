@@ -20,9 +20,8 @@ from explore_rl.modes import eval as eval_mode
 from explore_rl.rl.plan import base_plan
 from explore_rl.train import loop, steps
 
-pytestmark = pytest.mark.slow
 
-
+@pytest.mark.slow
 def test_smoke_cli_writes_the_run_directory_and_reruns(tmp_path):
     # the starting model evaluated (step 0), then every 2 steps of 3: at step 2, and after
     # the last step whatever the period
@@ -82,6 +81,7 @@ def _resume_config():
     return c
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly(tmp_path):
     straight = loop.train(config_lib.spec(_resume_config()), str(tmp_path / "a"))
     # The same run killed after logging step 4 but before its checkpoint: the newest
@@ -176,6 +176,7 @@ def test_dynamic_sampling_keeps_informative_groups_and_fills():
     assert steps.fill_groups(kept, spare, 1) == ([(a, 1)], 0)
 
 
+@pytest.mark.slow
 def test_dynamic_sampling_runs_until_its_budget(tmp_path):
     c = grpo.get_config("smoke")  # a random model: every group is all-wrong
     c.rollout.dynamic_sampling, c.rollout.max_generation_batches = True, 3
@@ -223,6 +224,7 @@ def test_pi_old_pass_is_skipped_only_when_mu_is_pi_old():
     assert not skipped(c, steered)
 
 
+@pytest.mark.slow
 def test_kl_to_the_frozen_reference_through_the_trainer(tmp_path):
     c = grpo.get_config("smoke")
     c.rl.kl_coef, c.train.steps, c.train.eval_every = 0.1, 3, 0
@@ -236,6 +238,7 @@ def test_kl_to_the_frozen_reference_through_the_trainer(tmp_path):
     assert 0 < kl[1] < kl[2]  # the reference stays frozen while the policy moves away
 
 
+@pytest.mark.slow
 def test_eval_of_any_checkpoint_restores_params_only_and_writes_the_responses(tmp_path):
     from configs import ase
     from explore_rl.checkpoint import Checkpointer
@@ -279,6 +282,7 @@ def _params(c):
     return config_lib.resolve(c).model.load(c.seed)[0]
 
 
+@pytest.mark.slow
 def test_a_wandb_offline_run_writes_its_files_and_resumes_the_same_run(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -296,6 +300,7 @@ def test_a_wandb_offline_run_writes_its_files_and_resumes_the_same_run(tmp_path,
     assert len(list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))) == 2
 
 
+@pytest.mark.slow
 def test_wandb_without_a_login_stops_the_run_at_start_in_one_line(tmp_path):
     """Before the model loads or the work directory is made, W&B's own words and the way
     out. In a fresh process: W&B keeps its settings (an offline run's mode) per process."""
@@ -316,6 +321,7 @@ def test_wandb_without_a_login_stops_the_run_at_start_in_one_line(tmp_path):
     assert not workdir.exists()
 
 
+@pytest.mark.slow
 def test_a_bfloat16_run_trains_and_logs(tmp_path, caplog):
     """Weights and activations in bfloat16: the update's metrics (bfloat16 scalars on
     the device) average into the log; the run warns that small steps round away."""
