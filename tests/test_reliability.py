@@ -491,3 +491,17 @@ def test_one_run_per_work_directory_and_a_killed_holder_leaves_no_lock(existing_
         with pytest.raises(ValueError, match=f"--workdir {samples} is in use by pid"):
             sample_mode.run_sample(testing.smoke(), samples)
     assert snapshot(existing_run) == before
+
+
+def test_a_runs_best_checkpoint_is_a_path_the_config_takes(tmp_path):
+    """`eval.checkpoint=<run>/checkpoints/best` names the run's best step, which
+    `checkpoint.locate` resolves (`--mode eval` and `--mode export` alike): no file of that
+    name exists, and the path check must not refuse it; beside no checkpoints folder it
+    names nothing."""
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    c = grpo.get_config("smoke")
+    c.eval.checkpoint = str(tmp_path / "run" / "checkpoints" / "best")
+    assert config_lib.spec(c).eval.checkpoint == c.eval.checkpoint
+    c.eval.checkpoint = str(tmp_path / "other" / "checkpoints" / "best")
+    with pytest.raises(ValueError, match=r"^config: eval.checkpoint=.*: no such file or folder"):
+        config_lib.spec(c)
