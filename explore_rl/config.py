@@ -113,16 +113,22 @@ def method_section(c: ConfigDict, name: str) -> ConfigDict:
     return out
 
 
-def spec(c: ConfigDict, sft: bool = False) -> RunSpec:
+MODES = ("train", "sft", "eval", "sample", "export")  # what `main` runs a spec in
+
+
+def spec(c: ConfigDict, mode: str = "train") -> RunSpec:
     """The run's settings, checked and resolved once: what the modes, the loop, the
-    explorers and evaluation read, each method's settings checked. `sft`: as supervised
-    fine-tuning runs it: `sft.batch_size` prompts of one response each, one optimizer pass
-    a batch (the update's micro-batches checked against it, not against the RL batch),
-    the loss the responses' NLL; the memory estimate and the update both read it."""
+    explorers and evaluation read, each method's settings checked. `mode` (`MODES`) is what
+    runs it. "sft": as supervised fine-tuning runs it: `sft.batch_size` prompts of one
+    response each, one optimizer pass a batch (the update's micro-batches checked against
+    it, not against the RL batch), the loss the responses' NLL; the memory estimate and
+    the update both read it. "sample" and "export" run no update, so the update's batch
+    is not theirs to check (an SFT run's config exports as it is)."""
+    sft = mode == "sft"
     if sft:
         c = copy.deepcopy(c)
         c.rollout.prompts, c.rl.minibatches, c.rl.ppo_epochs = c.sft.batch_size, 1, 1
-    validate(c)
+    validate(c, update=mode not in ("sample", "export"))
     out = resolve(c)
     if sft:  # after `validate`: GRPO's groups need two responses, SFT's have one
         nll = losses.LossConfig(policy="nll", aggregation="token_mean", max_response_len=0)
@@ -191,10 +197,11 @@ def _check(ok: bool, message: str):
         raise ValueError(f"config: {message}")
 
 
-def validate(c: ConfigDict) -> None:
-    """Every value and combination no run can use, one line naming it (`spec` runs it)."""
-    for check in (_check_batch, _check_task, _check_schedule, _check_eval_and_reward,
-                  _check_sample):  # fmt: skip
+def validate(c: ConfigDict, update: bool = True) -> None:
+    """Every value and combination no run can use, one line naming it (`spec` runs it);
+    the update's batch only where the mode updates (`update`)."""
+    checks = [_check_task, _check_schedule, _check_eval_and_reward, _check_sample]
+    for check in ([_check_batch] if update else []) + checks:
         check(c)
     _check_paths(c)
     _warn_unread_weights(c)

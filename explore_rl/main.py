@@ -36,9 +36,7 @@ _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file (configs/*.py[:arg]).", lock_config=True
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (config, samples, ...).")
-_MODE = flags.DEFINE_enum(
-    "mode", "train", ["train", "sft", "eval", "sample", "export"], "What to run."
-)
+_MODE = flags.DEFINE_enum("mode", "train", config_lib.MODES, "What to run.")
 _TRACEBACK = flags.DEFINE_bool(
     "traceback", False, "On bad input (a config value, a file), the full traceback too."
 )
@@ -106,7 +104,7 @@ def _run(mode: str, config, workdir: str | None):
         from explore_rl.train import base_model
 
         config = base_model.resolve(config)
-    spec = config_lib.spec(config, sft=mode == "sft")
+    spec = config_lib.spec(config, mode)
     if mode == "sample":
         from explore_rl.modes.sample import run_sample
 

@@ -43,7 +43,7 @@ def _plan(r, progress, step=0, key=0):
     (ex,) = r.explorers
     c = r.spec
     q, g = c.rollout.prompts, c.rollout.group_size
-    p = base_plan(q * g, c.rollout.max_new_tokens, 1.0, r.train_set[:q])
+    p = base_plan(q * g, c.rollout.sampling.max_new_tokens, 1.0, r.train_set[:q])
     ctx = r.context(progress.state.params, step)
     return ex.plan(progress.explorers["eden"], p, ctx, jax.random.key(key)), ex
 

@@ -489,7 +489,7 @@ def test_one_run_per_work_directory_and_a_killed_holder_leaves_no_lock(existing_
     samples = str(tmp_path / "samples")  # a sampling folder in use: refused before the model
     with checkpoint_lib.only_writer(samples):
         with pytest.raises(ValueError, match=f"--workdir {samples} is in use by pid"):
-            sample_mode.run_sample(testing.smoke(), samples)
+            sample_mode.run_sample(config_lib.spec(testing.smoke()), samples)
     assert snapshot(existing_run) == before
 
 

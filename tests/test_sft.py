@@ -60,7 +60,7 @@ def nll_by_hand(params, cfg, tok, problems, prompt_format) -> tuple[float, float
 
 def test_the_loss_is_the_nll_of_the_response_tokens_only(tmp_path):
     c = lab_config(steps=1)
-    run, progress, ckpt = testing.start(config_lib.spec(c, sft=True), str(tmp_path), None)
+    run, progress, ckpt = testing.start(config_lib.spec(c, "sft"), str(tmp_path), None)
     ckpt.close()
     spec, ex = run.spec, sft.examples(run)
     params = jax.tree.map(jnp.copy, progress.state.params)  # the update donates its state
@@ -79,7 +79,7 @@ def test_the_loss_is_the_nll_of_the_response_tokens_only(tmp_path):
 def test_examples_are_the_problems_with_a_solution_that_fits(tmp_path):
     c = lab_config()
     c.rollout.max_new_tokens = 16  # "a-b=c\nc*d=e" and EOS: some three-number solutions are longer
-    run, _, ckpt = testing.start(config_lib.spec(c, sft=True), str(tmp_path), None)
+    run, _, ckpt = testing.start(config_lib.spec(c, "sft"), str(tmp_path), None)
     ckpt.close()
     ex = sft.examples(run)
     fits = [p for p in run.train_set if p.solution and len(p.solution) + 1 <= 16]
@@ -87,7 +87,7 @@ def test_examples_are_the_problems_with_a_solution_that_fits(tmp_path):
     assert all(r[-1] == run.tok.eos_id and run.tok.decode(r) == p.solution
                for p, r in zip(ex.problems, ex.responses))  # fmt: skip
     c.rollout.max_new_tokens = 2
-    run, _, ckpt = testing.start(config_lib.spec(c, sft=True), str(tmp_path / "b"), None)
+    run, _, ckpt = testing.start(config_lib.spec(c, "sft"), str(tmp_path / "b"), None)
     ckpt.close()
     with pytest.raises(
         ValueError, match="none of the 64 training problems has a solution of at most"
@@ -98,11 +98,11 @@ def test_examples_are_the_problems_with_a_solution_that_fits(tmp_path):
 @pytest.mark.slow
 def test_a_resumed_sft_run_equals_one_never_stopped(tmp_path):
     c = lab_config(steps=4)
-    straight = sft.train_sft(config_lib.spec(c, sft=True), str(tmp_path / "straight"))
+    straight = sft.train_sft(config_lib.spec(c, "sft"), str(tmp_path / "straight"))
     c.train.steps = 2
-    sft.train_sft(config_lib.spec(c, sft=True), str(tmp_path / "resumed"))
+    sft.train_sft(config_lib.spec(c, "sft"), str(tmp_path / "resumed"))
     c.train.steps = 4
-    resumed = sft.train_sft(config_lib.spec(c, sft=True), str(tmp_path / "resumed"))
+    resumed = sft.train_sft(config_lib.spec(c, "sft"), str(tmp_path / "resumed"))
     # exact: the same programs on the same shapes, the data position checkpointed
     for x, y in zip(jax.tree.leaves(straight.state.params), jax.tree.leaves(resumed.state.params)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
@@ -135,9 +135,9 @@ def test_an_sft_runs_weights_start_an_rl_run(tmp_path):
     from explore_rl.modes.export import run_export
 
     c = lab_config(steps=2)
-    trained = sft.train_sft(config_lib.spec(c, sft=True), str(tmp_path / "sft"))
+    trained = sft.train_sft(config_lib.spec(c, "sft"), str(tmp_path / "sft"))
     c.eval.checkpoint = str(tmp_path / "sft")
-    run_export(config_lib.spec(c), str(tmp_path / "hf"))
+    run_export(config_lib.spec(c, "export"), str(tmp_path / "hf"))  # the SFT config as it is
     rl = lab_config(steps=1)
     rl.model.path, rl.model.random_init = str(tmp_path / "hf"), ""
     rl.optim.micro_batches = 1  # RL's batch: 2 prompts, 2 minibatches of one

@@ -59,7 +59,7 @@ def build(sft_config) -> str:
         if os.path.isdir(final):  # another process built it while this one waited
             return final
         logging.warning("base model %s: training it once (%s)", name, final + ".run")
-        spec = config_lib.spec(sft_config, sft=True)
+        spec = config_lib.spec(sft_config, "sft")
         progress = sft.train_sft(spec, final + ".run")
         model = spec.model
 

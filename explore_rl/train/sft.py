@@ -34,7 +34,7 @@ from explore_rl.train.build import Progress, Run, placed
 
 
 def train_sft(spec: RunSpec, workdir: str):
-    """The supervised run of `spec` (`config.spec(c, sft=True)`) in `workdir` (rerun to
+    """The supervised run of `spec` (`config.spec(c, "sft")`) in `workdir` (rerun to
     resume)."""
     return loop.run(spec, [], workdir, SftStep())
 

@@ -34,7 +34,7 @@ def main(argv=None) -> None:
         c = config_lib.load("configs/lab.py:demo")
         c.seed = seed
         path = os.path.join(args.runs, f"s{seed}")
-        loop.train(base_model.resolve(c), path)
+        loop.train(config_lib.spec(base_model.resolve(c)), path)
         paths.append(path)
     runs = analysis.load(paths)
     os.makedirs(args.out, exist_ok=True)

@@ -92,16 +92,18 @@ def arm_config(arm: str, seed: int):
 
 def train_and_evaluate(c, path: str) -> None:
     """The run in `path` (resumed, or read when finished), then its final evaluation."""
+    from explore_rl import config as config_lib
     from explore_rl.modes.eval import run_eval
     from explore_rl.train import loop
 
-    loop.train(c, path)  # a stop signal raises here: no evaluation of a part of a run
+    # a stop signal raises here: no evaluation of a part of a run
+    loop.train(config_lib.spec(c), path)
     if _evaluated(path):
         return
     e = c.copy_and_resolve_references()
     e.eval.checkpoint, e.eval.samples, e.eval.num_prompts = path, FINAL_SAMPLES, 0
     e.eval.diversity = True  # distinct-4, Self-BLEU, MiniLM LogDet of correct responses
-    run_eval(e, path)
+    run_eval(config_lib.spec(e), path)
 
 
 def _evaluated(path: str) -> bool:
@@ -241,12 +243,13 @@ def pilot_extra(runs: str) -> str:
 
 
 def _guided(arm: str, path: str) -> tuple[float, str]:
+    from explore_rl import config as config_lib
     from explore_rl.logs import read_metrics
     from explore_rl.train import loop
 
     c = arm_config(arm, 0)
     c.train.steps, c.train.eval_every, c.train.eval_before = EXTRA_PILOT_STEPS, 0, False
-    loop.train(c, path)
+    loop.train(config_lib.spec(c), path)
     rows = [r for r in read_metrics(path) if r["step"] > c.exploration.extra.warmup]
     guided = [r["extra/guided_rows"] / c.rollout.group_size for r in rows]
     hard = [r["extra/hard"] for r in rows]
@@ -280,6 +283,7 @@ def pilot_ase(runs: str) -> str:
     least ASE_KL nats a token over steps 10-30. Clean rows are drawn from pi_old itself (no
     steering: their KL(mu, pi_old) is 0), so a steered token's KL is the update's mean over
     all tokens divided by the steered routes' share of the rows (K of K + 1 routes)."""
+    from explore_rl import config as config_lib
     from explore_rl.logs import read_metrics
     from explore_rl.train import loop
 
@@ -292,7 +296,7 @@ def pilot_ase(runs: str) -> str:
         c.exploration.ase.alpha = alpha
         c.train.steps, c.train.eval_every, c.train.eval_before = 30, 0, False
         path = os.path.join(runs, f"ase-alpha{alpha:g}-s0")
-        loop.train(c, path)
+        loop.train(config_lib.spec(c), path)
         rows = [r for r in read_metrics(path) if r["step"] >= 10]
         kl = sum(r["policy/kl_mu_old"] for r in rows) / len(rows)
         k, g = c.exploration.ase.k, c.rollout.group_size
