@@ -418,6 +418,14 @@ def _reason(error: BaseException) -> str:
     return os.strerror(int(found.group(1))) if found else str(error).splitlines()[0][:200]
 
 
+def best_alias(path: str) -> bool:
+    """Whether `path` names a run's best step (`.../checkpoints/best`, a name, no file)."""
+    path = os.path.abspath(path)
+    return os.path.basename(path) == "best" and os.path.basename(os.path.dirname(path)) == (
+        "checkpoints"
+    )
+
+
 def locate(path: str, step: int = 0, step_key: str = "eval.step") -> tuple[str, int]:
     """(the checkpoints folder, the step) named by a run directory, its checkpoints folder,
     one step's folder (`.../checkpoints/6`) or its best (`.../checkpoints/best`, by
@@ -426,7 +434,7 @@ def locate(path: str, step: int = 0, step_key: str = "eval.step") -> tuple[str, 
     damaged step named explicitly is refused."""
     path = os.path.abspath(path)
     parent = os.path.dirname(path)
-    if os.path.basename(path) == "best" and os.path.basename(parent) == "checkpoints":
+    if best_alias(path):
         best = read_best(parent)
         if best is None:
             raise ValueError(f"{path}: the run has no best checkpoint (train.best_metric)")

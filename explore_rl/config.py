@@ -21,6 +21,7 @@ from ml_collections import ConfigDict
 import configs
 from explore_rl import caching
 from explore_rl.answers import EXTRACTORS
+from explore_rl.checkpoint import best_alias
 from explore_rl.data import jsonl, tasks
 from explore_rl.exploration import base as exploration
 from explore_rl.models import weights
@@ -330,24 +331,15 @@ def _check_paths(c: ConfigDict) -> None:
     ]
     for key, path in named:
         _check(
-            not path or os.path.exists(path) or _best_alias(path),
+            not path
+            or os.path.exists(path)
+            or (best_alias(path) and os.path.isdir(os.path.dirname(os.path.abspath(path)))),
             f"{key}={path}: no such file or folder",
         )
     _check(
         not c.model.base or os.path.isfile(os.path.join(c.model.path, RECIPE_FILE)),
         f"model.base={c.model.base}: not built (model.path={c.model.path} is not its folder): "
         "c = train.base_model.resolve(c) first (the command line does)",
-    )
-
-
-def _best_alias(path: str) -> bool:
-    """Whether `path` is a run's `checkpoints/best`, which names its best step
-    (`checkpoint.locate` reads it)."""
-    parent = os.path.dirname(os.path.abspath(path))
-    return (
-        os.path.basename(path) == "best"
-        and os.path.basename(parent) == "checkpoints"
-        and (os.path.isdir(parent))
     )
 
 
