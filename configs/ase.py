@@ -16,6 +16,10 @@ ABLATIONS (the paper's controls, Sec. 4 and App. D).
 from configs import base, grpo
 from explore_rl.exploration.ase import ASE
 
+# Settings outside exploration.ase that go with ASE at every scale: a run that composes ASE
+# onto another method's config must have them as this file's config at its scale does.
+RUN_SETTINGS = ("rl.tis_cap",)
+
 ABLATIONS = {
     "random_directions": lambda e: e.update(directions="random"),
     "shuffled_labels": lambda e: e.update(directions="shuffled"),

@@ -158,6 +158,10 @@ def get_config(arg: str | None = None) -> ConfigDict:
 
     c.exploration = ConfigDict()
     c.exploration.methods = ()  # explorers, applied in order (e.g. ("ead",)); () = plain GRPO
+    # the scale the config was made at (SCALES; "" = none): a method composed onto another
+    # method's config (exploration.methods overridden) takes its settings from its own
+    # config file at this scale (configs/<method>.py:<scale>), its section and RUN_SETTINGS
+    c.exploration.scale = ""
     # Each method's section, config.exploration.<name>, defaults to its module's
     # Explorer.Spec (configs/ead.py sets configs/<method>.py's values).
 

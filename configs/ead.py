@@ -15,6 +15,10 @@ with its source below.
 from configs import base, grpo
 from explore_rl.exploration.ead import EAD
 
+# Settings outside exploration.ead that go with EAD at every scale: a run that composes EAD
+# onto another method's config must have them as this file's config at its scale does.
+RUN_SETTINGS = ("rl.tis_cap",)
+
 
 def get_config(arg: str | None = None):
     _, arg = base.parse_arg(arg, "ead.py")

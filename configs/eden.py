@@ -14,6 +14,9 @@ ABLATIONS (the paper's).
 from configs import base, grpo
 from explore_rl.exploration.eden import EDEN
 
+# Settings outside exploration.eden that go with EDEN (none: its paper runs without TIS)
+RUN_SETTINGS = ()
+
 
 def _scale(c, scale):
     e = c.exploration.eden

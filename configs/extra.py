@@ -16,6 +16,10 @@ configs/grpo.py's with ExTra on (the same rollout budget, so runs compare); pape
 from configs import base, grpo
 from explore_rl.exploration.extra import ExTra
 
+# Settings outside exploration.extra that go with ExTra at the lab and paper scales (none;
+# the smoke scale's 16-token responses are the smoke run's, not the method's)
+RUN_SETTINGS = ()
+
 VARIANTS = {
     "novelty": lambda e: e.update(regen=False),  # ExTra-N
     "regen": lambda e: e.update(novelty=False),  # ExTra-R

@@ -56,6 +56,7 @@ def get_config(arg: str | None = None):
         c.eval.temperature, c.eval.top_p = 0.6, 0.95  # EDEN paper: Pass@k at T 0.6, top-p 0.95
         c.eval.samples = 8  # EDEN paper reports Pass@8 (Pass@256 on AIME: raise it)
         c.eval.max_new_tokens = 3072  # as training
+    c.exploration.scale = arg
     return c
 
 

@@ -106,12 +106,50 @@ def resolved(c: ConfigDict) -> ConfigDict:
 
 def method_section(c: ConfigDict, name: str) -> ConfigDict:
     """Method `name`'s config: its defaults, updated with what the run config sets under
-    its registered name (`exploration.<name>`)."""
+    its registered name (`exploration.<name>`), or for a method composed onto another
+    method's config (no section of its own there), with its own config's section at the
+    config's scale (`composed_config`)."""
     cls = exploration.get(name)
     out = cls.defaults()
     if cls.name in c.exploration:
         out.update(c.exploration[cls.name])
+    elif (own := composed_config(c, name)) is not None:
+        out.update(own[0].exploration[cls.name])
     return out
+
+
+def composed_config(c: ConfigDict, name: str) -> tuple[ConfigDict, tuple[str, ...]] | None:
+    """The config that method `name` has at `c`'s scale (`configs/<name>.py:<scale>`) and
+    the settings outside its section that go with it (the file's `RUN_SETTINGS`), where
+    `c` composes it without a section of its own (`exploration.methods` overridden on
+    another method's config) and the project has a config file for it; else None (its
+    module's defaults are then its settings, as for a config of no scale)."""
+    cls = exploration.get(name)
+    path = os.path.join(os.path.dirname(configs.__file__), f"{cls.name}.py")
+    scale = c.exploration.get("scale", "")
+    if cls.name in c.exploration or not scale or not os.path.isfile(path):
+        return None
+    module = load_module(path)
+    return module.get_config(scale), tuple(getattr(module, "RUN_SETTINGS", ()))
+
+
+def _check_composition(c: ConfigDict) -> None:
+    """A method composed onto another method's config runs as its own config does at that
+    scale: each setting outside its section that its config file names (`RUN_SETTINGS`,
+    e.g. EAD's and ASE's TIS cap) must have its config's value, or the run is refused
+    naming it (a composition of another experiment than the methods' is not run by
+    accident)."""
+    for name in c.exploration.methods:
+        own, settings = composed_config(c, name) or (None, ())
+        for key in settings:
+            section, field = key.split(".")
+            want, have = own[section][field], c[section][field]
+            _check(
+                want == have,
+                f"exploration.methods={tuple(c.exploration.methods)}: {name} at the "
+                f"{c.exploration.scale} scale (configs/{name}.py:{c.exploration.scale}) "
+                f"has {key}={want!r}, this run {have!r}: set --config.{key}={want!r}",
+            )
 
 
 MODES = ("train", "sft", "eval", "sample", "export")  # what `main` runs a spec in
@@ -145,6 +183,7 @@ def spec(c: ConfigDict, mode: str = "train") -> RunSpec:
 def resolve(c: ConfigDict) -> RunSpec:
     """`c` as a run spec, its files unchecked (a config sized for a machine that holds
     none of them: `bench fit`)."""
+    _check_composition(c)
     rw = c.reward
     return RunSpec(
         seed=c.seed,

@@ -218,3 +218,81 @@ def test_the_run_spec_holds_every_field_of_the_run_once():
 class _Problem:
     def __init__(self, answer):
         self.answer = answer
+
+
+METHODS = ("ase", "ead", "eden", "extra")  # each with its configs/<method>.py
+
+
+def _outside_methods(c) -> dict:
+    """A config's settings but its methods' (flattened), to compare two configs' runs."""
+    from explore_rl.logs import flatten
+
+    return {k: v for k, v in flatten(c.to_dict()).items() if not k.startswith("exploration.")}
+
+
+@pytest.mark.parametrize("scale", ["smoke", "demo", "lab"])
+def test_a_methods_run_settings_are_what_its_config_changes_from_grpos(scale):
+    """`RUN_SETTINGS` names every setting outside a method's section that its config
+    changes from configs/grpo.py's at the scales that share grpo's setting (the paper scale
+    is each paper's own experiment), so a composition can check them all."""
+    from explore_rl import config as config_lib
+
+    grpo = _outside_methods(config_lib.load(f"configs/grpo.py:{scale}"))
+    for name in METHODS:
+        own = _outside_methods(config_lib.load(f"configs/{name}.py:{scale}"))
+        changed = {k for k in own if own[k] != grpo.get(k)}
+        declared = set(importlib.import_module(f"configs.{name}").RUN_SETTINGS)
+        if name == "extra" and scale == "smoke":  # the smoke run's 16 tokens, not ExTra's
+            changed -= {"rollout.max_new_tokens"}
+        assert changed == declared, name
+
+
+@pytest.mark.parametrize("scale", ["lab", "paper"])
+def test_every_pair_of_composed_methods_runs_with_each_ones_settings_at_the_scale(scale):
+    """A method composed onto another's config (`exploration.methods` overridden) gets its
+    own config's section at that scale, and the settings that go with it (EAD's and ASE's
+    TIS cap) or a one-line refusal naming the setting to give; given it, the run's methods
+    are each its own config's."""
+    from explore_rl import config as config_lib
+    from explore_rl.exploration import base as exploration_lib
+
+    alone = {m: config_lib.load(f"configs/{m}.py:{scale}") for m in METHODS}
+    for first in METHODS:
+        for second in METHODS:
+            if first == second:
+                continue
+            c = config_lib.load(f"configs/{first}.py:{scale}")
+            c.exploration.methods = (first, second)
+            try:
+                spec = config_lib.resolve(c)
+            except ValueError as e:
+                (line,) = str(e).splitlines()
+                key, value = re.search(r"set --config\.(\w+\.\w+)=(\S+)$", line).groups()
+                section, field = key.split(".")
+                assert alone[second][section][field] == ast.literal_eval(value) != c[section][field]
+                c[section][field] = ast.literal_eval(value)
+                spec = config_lib.resolve(c)
+            exploration_lib.check(spec)  # no two claim the same intervention
+            for m in (first, second):
+                want = dict(config_lib.resolve(alone[m]).methods)[m]
+                assert dict(spec.methods)[m] == want, (first, second, m)
+                for key in importlib.import_module(f"configs.{m}").RUN_SETTINGS:
+                    section, field = key.split(".")
+                    assert c[section][field] == alone[m][section][field], (first, second, key)
+            assert config_lib.resolved(c).exploration[second] == config_lib.method_section(
+                alone[second], second
+            )
+
+
+def test_the_lab_eden_ead_composition_is_refused_without_eads_tis_cap():
+    """The documented composition, at the lab scale: EAD's lab schedule (d0 3.75, c 1),
+    and without EAD's TIS cap the run says which setting to give."""
+    from explore_rl import config as config_lib
+
+    c = config_lib.load("configs/eden.py:lab")
+    c.exploration.methods = ("eden", "ead")
+    with pytest.raises(ValueError, match=r"ead at the lab scale .* set --config.rl.tis_cap=2.0$"):
+        config_lib.resolve(c)
+    c.rl.tis_cap = 2.0
+    ead = dict(config_lib.resolve(c).methods)["ead"]
+    assert (ead.d0, ead.c) == (3.75, 1)

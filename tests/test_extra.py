@@ -374,6 +374,7 @@ def test_extra_composes_with_ead_through_the_cli(tmp_path):
         "--config=configs/extra.py:smoke",
         f"--workdir={tmp_path}",
         "--config.exploration.methods=('extra', 'ead')",
+        "--config.rl.tis_cap=2.0",  # EAD's (configs/ead.py), or the run is refused
         f"--config.reward.fn={testing.PARITY}",
         "--config.train.steps=2",
         "--config.train.eval_every=0",
