@@ -131,6 +131,7 @@ def test_toy_explorer_plans_shapes_and_resumes(tmp_path):
 
 def test_plans_compose_in_order():
     c = _config(("ead", "test_toy"))
+    c.exploration.ead = base.get("ead").defaults()  # its own section: no TIS asked for
     c.rollout.temperature = 1.0
     with pytest.warns(UserWarning, match="EAD without TIS"):
         spec = config_lib.spec(c)

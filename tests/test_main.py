@@ -53,8 +53,8 @@ def test_bad_config_and_prompt_field_fail_clearly(tmp_path):
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: {prompts}: line 1: no field 'question' (fields: ['problem'])")
     out = run_main(  # a method's check, through the same line
-        "--config", "configs/grpo.py:smoke", "--workdir", str(tmp_path / "r"),
-        "--config.exploration.methods=('eden',)", "--traceback",
+        "--config", "configs/eden.py:smoke", "--workdir", str(tmp_path / "r"),
+        "--config.exploration.eden.noisy=4", "--traceback",
     )  # fmt: skip
     assert out.returncode != 0 and "Traceback" in out.stderr
     assert "exploration.eden.noisy=4: must be in [0, group_size=4)" in out.stderr
