@@ -97,8 +97,10 @@ def load(spec: str) -> ConfigDict:
 
 def resolved(c: ConfigDict) -> ConfigDict:
     """A copy of `c` with every exploration method's section complete (its defaults
-    included): what `config.json` records."""
+    included) and the task that reads the problems (`task_name`: 'jsonl' for named files):
+    what `config.json` records."""
     out = ConfigDict(c.to_dict())
+    out.task.name = task_name(c)
     for name in c.exploration.methods:
         out.exploration[exploration.get(name).name] = method_section(c, name)
     return out

@@ -4,6 +4,7 @@ peak of the CPU demo."""
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 
@@ -99,13 +100,19 @@ def test_a_run_that_cannot_fit_is_refused_before_any_weight_is_read(tmp_path, mo
 
 
 @pytest.mark.parametrize("name", fit.PAPER_CONFIGS)
-def test_every_paper_config_fits_one_node_of_eight_80_gb_devices(name):
+def test_every_paper_config_fits_one_node_of_eight_80_gb_devices(name, monkeypatch):
     """Shapes only (the preset each config's model.path names, prompts as long as
-    rollout.max_prompt_len): with its memory settings a paper config fits, each of its
-    decode devices holding its own rows; without them (dense attention, every activation
-    and logit kept, every row decoded at once) it is hundreds of GiB a device."""
-    c, est = fit.paper_fit(f"configs/{name}.py:paper")
-    assert est.fits, est.summary()
+    rollout.max_prompt_len), against the 75% of each device JAX takes by default: with its
+    memory settings a paper config fits, each of its decode devices holding its own rows,
+    but ExTra's (its 6,144-token prompt rows), which is told the settings that would fit
+    it; without them (dense attention, every activation and logit kept, every row decoded
+    at once) it is hundreds of GiB a device."""
+    for var in (*footprint.MEM_FRACTION_VARS, "XLA_PYTHON_CLIENT_ALLOCATOR"):
+        monkeypatch.delenv(var, raising=False)
+    c, est, fixes = fit.paper_fit(f"configs/{name}.py:paper")
+    assert est.capacity == int(0.75 * 80e9)
+    assert est.fits == (name != "extra") and bool(fixes) == (not est.fits), est.summary()
+    assert all(re.search(r"\(~\d+ GiB\)$", f) for f in fixes)
     assert c.rollout.engine.slots % 8 == 0  # 0: every row at once
     whole = config_lib.load(f"configs/{name}.py:paper")
     whole.model.update(long.LONG_MODES["dense"])
@@ -229,3 +236,20 @@ def test_auto_slots_size_a_sample_run():
     assert (
         sample.engine_for(config_lib.spec(c), cfg, rows, ONE, capacity=small).slots == 8
     )  # as configured
+
+
+def test_the_usable_share_of_a_gpu_is_jaxs_memory_fraction(monkeypatch):
+    """JAX's GPU allocator takes 75% of a device unless told otherwise, by the variable's
+    new name or its old one; the platform allocator has no pool. `bench fit` sizes against
+    that share, and a config that does not fit is told what would."""
+    for var in (*footprint.MEM_FRACTION_VARS, "XLA_PYTHON_CLIENT_ALLOCATOR"):
+        monkeypatch.delenv(var, raising=False)
+    assert footprint.usable_fraction() == 0.75
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.9")
+    assert footprint.usable_fraction() == 0.9
+    _, est, _ = fit.paper_fit("configs/grpo.py:paper", devices=1, capacity_gb=80.0)
+    assert est.capacity == int(0.9 * 80e9)
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
+    assert footprint.usable_fraction() == 1.0
+    _, est, fixes = fit.paper_fit("configs/ead.py:paper", devices=1, fraction=0.75)
+    assert not est.fits and fixes and "mesh.fsdp" in fixes[-1]

@@ -333,3 +333,50 @@ def test_a_bfloat16_run_trains_and_logs(tmp_path, caplog):
     assert jax.tree.leaves(progress.state.params)[0].dtype == jax.numpy.bfloat16
     (row,) = read_metrics(str(tmp_path))
     assert np.isfinite(row["train/loss"]) and np.isfinite(row["train/grad_norm"])
+
+
+def _said(c, tmp_path) -> dict[str, str]:
+    """The start-up header of config `c`'s run, by each line's first word."""
+    from explore_rl.train import build
+
+    spec = config_lib.spec(c)
+    cfg, tok = spec.model.config()
+    run = build.Run.create(spec.with_stop_ids(tok.stop_ids), [], cfg, tok, None)
+    lines = build.what_runs(run, str(tmp_path), 0).splitlines()
+    return {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in lines}
+
+
+def test_the_start_up_header_says_the_data_prompts_update_and_methods(tmp_path):
+    """A user's file is said as the task that reads it (config.json too), the first prompt
+    as the model reads it (instruction and chat template shown), the update by its papers'
+    names (half of Dr. GRPO said to be half), and each method with its settings."""
+    from configs import eden
+
+    data = tmp_path / "mine.jsonl"
+    data.write_text('{"question": "What is 2 + 3?", "answer": "5"}\n' * 3)
+    c = grpo.get_config("smoke")
+    c.task.train_path, c.rl.advantage = str(data), "dr_grpo"
+    said = _said(c, tmp_path)
+    assert said["task"].startswith(f"jsonl, {data}: 3 training problems")
+    assert config_lib.spec(c).record["task"]["name"] == "jsonl"
+    assert said["prompts"].startswith(
+        "the question + task.instruction=' Put the final answer in \\\\boxed{}.' in the "
+        "model's chat template"
+    )
+    assert "<|im_start|>user\\nWhat is 2 + 3? Put the final answer in" in said["prompts"]
+    assert said["update"].startswith(
+        "advantage dr_grpo (Dr. GRPO's group mean, no std (Liu et al. 2025)); loss ppo_clip "
+        "clip [1-0.2, 1+0.28], aggregation token_mean (DAPO's token mean (Yu et al. 2025))"
+    )
+    assert "half of Dr. GRPO" in said["update"] and said["methods"] == "none (GRPO)"
+    c.rl.aggregation = "seq_mean_token_sum_norm"
+    c.task.raw_prompt, c.task.instruction = "{question}", ""  # TRL's standard prompt
+    said = _said(c, tmp_path)
+    assert "half" not in said["update"] and "Dr. GRPO's token sum" in said["update"]
+    assert said["prompts"] == "task.raw_prompt='{question}' with task.instruction='', no " \
+        "chat; the first: 'What is 2 + 3?'"  # fmt: skip
+    c = eden.get_config("smoke")
+    c.rl.advantage = "rloo"
+    said = _said(c, tmp_path)
+    assert said["update"].startswith("advantage rloo (RLOO's leave-one-out mean")
+    assert said["method eden"].startswith("noisy=1, rho=")

@@ -1,5 +1,10 @@
 """`fit`: each paper config's memory per device on one node of `--devices` x
-`--capacity-gb`, by the start-up estimate (shapes only).
+`--capacity-gb`, by the start-up estimate (shapes only), against the share of each device
+JAX may use (`XLA_PYTHON_CLIENT_MEM_FRACTION`, 0.75 by default; `--fraction` or the
+variable changes it); a config that does not fit is given the settings that would fit it.
+
+    python -m explore_rl.bench fit
+    XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 python -m explore_rl.bench fit --devices 8
 """
 
 from __future__ import annotations
@@ -12,19 +17,25 @@ HELP = "each paper config's memory per device on one node"
 def add_arguments(p) -> None:
     p.add_argument("--devices", type=int, default=8)
     p.add_argument("--capacity-gb", type=float, default=80.0)
+    p.add_argument(
+        "--fraction", type=float, default=None,
+        help="share of each device JAX may use (default: XLA_PYTHON_CLIENT_MEM_FRACTION or 0.75)",
+    )  # fmt: skip
 
 
 PAPER_CONFIGS = ("grpo", "eden", "ead", "ase", "extra")
 
 
-def paper_fit(spec: str, devices: int = 8, capacity_gb: float = 80.0):
-    """A config's start-up estimate on one node of `devices` x `capacity_gb` (mesh fsdp =
-    devices), from shapes only: the model is the preset its `model.path` names, the
-    prompts as long as `rollout.max_prompt_len`. Returns (the run spec as sized: its
-    slots a count, the Footprint)."""
+def paper_fit(spec: str, devices: int = 8, capacity_gb: float = 80.0, fraction=None):
+    """A config's start-up estimate on one node of `devices` x `capacity_gb`, of which
+    `fraction` is usable (default `footprint.usable_fraction()`), mesh fsdp = devices, from
+    shapes only: the model is the preset its `model.path` names, the prompts as long as
+    `rollout.max_prompt_len`. Returns (the run spec as sized: its slots a count, the
+    Footprint, the settings that would make it fit: [] where it fits)."""
     from explore_rl import config as config_lib
     from explore_rl.exploration import base as exploration
     from explore_rl.models import presets
+    from explore_rl.rl import footprint
     from explore_rl.rl.train_step import make_optimizer
     from explore_rl.train import sizing
 
@@ -32,9 +43,12 @@ def paper_fit(spec: str, devices: int = 8, capacity_gb: float = 80.0):
     cfg = presets.get_preset(os.path.basename(s.model.path).lower(), **s.model.run_settings())
     sizes = {"data": 1, "fsdp": devices, "tensor": 1}
     optimizer = make_optimizer(s.optim)
-    capacity = (int(capacity_gb * 1e9), f"{capacity_gb:g} GB")
-    longest = s.rollout.max_prompt_len
-    return sizing.size(s, cfg, sizes, optimizer, longest, exploration.build(s), capacity)
+    share = footprint.usable_fraction() if fraction is None else fraction
+    capacity = (int(share * capacity_gb * 1e9), f"{share:g} of {capacity_gb:g} GB")
+    longest, explorers = s.rollout.max_prompt_len, exploration.build(s)
+    sized, est = sizing.size(s, cfg, sizes, optimizer, longest, explorers, capacity)
+    fixes = [] if est.fits else sizing.fixes(s, cfg, sizes, optimizer, longest, explorers, capacity)
+    return sized, est, fixes
 
 
 def run(args) -> dict:
@@ -43,7 +57,9 @@ def run(args) -> dict:
 
     rows = []
     for name in PAPER_CONFIGS:
-        c, est = paper_fit(f"configs/{name}.py:paper", args.devices, args.capacity_gb)
+        c, est, fixes = paper_fit(
+            f"configs/{name}.py:paper", args.devices, args.capacity_gb, args.fraction
+        )
         t, r = est.terms, c.rollout
         rows.append({
             "config": f"configs/{name}.py:paper",
@@ -54,6 +70,10 @@ def run(args) -> dict:
             "update_gib": round(sum(t[k] for k in footprint.UPDATE) / 2**30, 1),
             "kv_cache_gib": round(t["KV cache"] / 2**30, 1),
             "peak_gib": round(est.peak / 2**30, 1),
+            "usable_gib": round(est.capacity / 2**30, 1),
             "fits": est.fits,
+            **({} if est.fits else {"would_fit_with": fixes or "nothing tried fits"}),
         })  # fmt: skip
-    return {"bench": "fit", "node": f"{args.devices} x {args.capacity_gb:g} GB", "rows": rows}
+    share = footprint.usable_fraction() if args.fraction is None else args.fraction
+    node = f"{args.devices} x {args.capacity_gb:g} GB, {share:g} of each usable"
+    return {"bench": "fit", "node": node, "rows": rows}

@@ -60,6 +60,15 @@ def rloo(rewards: Float[Array, "P G"]) -> Float[Array, "P G"]:
     return (rewards - jnp.mean(rewards, axis=1, keepdims=True)) * (g / (g - 1))
 
 
+# Each built-in estimator by its paper's name, for the run's start-up header.
+PAPERS = {
+    "grpo": "GRPO's group mean and std (Shao et al. 2024)",
+    "dr_grpo": "Dr. GRPO's group mean, no std (Liu et al. 2025)",
+    "batch": "group mean, batch std (Liu et al. 2025, Tricks or Traps)",
+    "rloo": "RLOO's leave-one-out mean (Ahmadian et al. 2024)",
+}
+
+
 def zero_advantage_groups(rewards: Float[Array, "P G"]) -> Array:
     """Which groups teach nothing: every rollout got the same reward."""
     return jnp.all(rewards == rewards[:, :1], axis=1)

@@ -139,13 +139,31 @@ class Footprint:
         )
 
 
+# JAX's GPU allocator takes this share of a GPU's memory, not all of it: jaxlib reads the
+# first variable, or its deprecated older name (xla_client.py), and defaults to 0.75
+# (docs.jax.dev, "GPU memory allocation"); XLA_PYTHON_CLIENT_ALLOCATOR=platform: no pool.
+MEM_FRACTION_VARS = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
+DEFAULT_MEM_FRACTION = 0.75
+
+
+def usable_fraction() -> float:
+    """The share of a GPU's memory a JAX process may use, by this process's environment."""
+    if os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "").lower() == "platform":
+        return 1.0
+    for var in MEM_FRACTION_VARS:
+        if os.environ.get(var):
+            return float(os.environ[var])
+    return DEFAULT_MEM_FRACTION
+
+
 def device_capacity() -> tuple[int, str]:
-    """(bytes, description) of one local device: an accelerator's own memory, or the
-    host's memory shared by its CPU devices."""
+    """(bytes, description) of one local device: what an accelerator's allocator may use
+    (its `bytes_limit`: on a GPU already JAX's share, `usable_fraction`), or the host's
+    memory shared by its CPU devices."""
     device = jax.local_devices()[0]
     stats = device.memory_stats() or {}
     if "bytes_limit" in stats:
-        return int(stats["bytes_limit"]), f"{device.device_kind} {device.id}"
+        return int(stats["bytes_limit"]), f"{device.device_kind} {device.id}, JAX's usable share"
     host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     n = jax.local_device_count()
     return host // n, "host memory" + (f" / {n} CPU devices" if n > 1 else "")

@@ -169,6 +169,7 @@ KL_ESTIMATORS: dict[str, Callable] = {"k1": kl_k1, "k3": kl_k3}
 class Aggregation(NamedTuple):
     normaliser: Callable[[Array, int], Array]  # (full-batch mask, max_response_len) -> n
     reduce: Callable[[Array, Array, Array], Array]  # (per-token x, mask, n) -> scalar
+    paper: str = ""  # whose aggregation it is (the run's start-up header says it)
 
 
 def _token_sum(x, mask, n):
@@ -182,11 +183,21 @@ def _seq_token_mean(x, mask, n):
 
 AGGREGATIONS: dict[str, Aggregation] = {
     # DAPO (Yu et al. 2025, Eq. 8): every token of the batch weighs the same.
-    "token_mean": Aggregation(lambda m, _: jnp.sum(m), _token_sum),
+    "token_mean": Aggregation(
+        lambda m, _: jnp.sum(m), _token_sum, "DAPO's token mean (Yu et al. 2025)"
+    ),
     # GRPO (Shao et al. 2024, Eq. 3): mean over rows of each row's token mean.
-    "seq_mean_token_mean": Aggregation(lambda m, _: jnp.sum(jnp.any(m, axis=1)), _seq_token_mean),
+    "seq_mean_token_mean": Aggregation(
+        lambda m, _: jnp.sum(jnp.any(m, axis=1)),
+        _seq_token_mean,
+        "GRPO's mean of each response's token mean (Shao et al. 2024)",
+    ),
     # Dr.GRPO (Liu et al. 2025, Eq. 2 fixed): token sum over a constant rows x max length.
-    "seq_mean_token_sum_norm": Aggregation(lambda m, t: m.shape[0] * (t or m.shape[1]), _token_sum),
+    "seq_mean_token_sum_norm": Aggregation(
+        lambda m, t: m.shape[0] * (t or m.shape[1]),
+        _token_sum,
+        "Dr. GRPO's token sum over rows x max length (Liu et al. 2025)",
+    ),
 }
 
 

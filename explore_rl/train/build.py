@@ -35,7 +35,7 @@ from explore_rl.models import family
 from explore_rl.models.presets import ModelConfig
 from explore_rl.models.tokenizer import Tokenizer
 from explore_rl.rewards.math import Verifier
-from explore_rl.rl import footprint
+from explore_rl.rl import advantages, footprint, losses
 from explore_rl.rl import rollout as rollout_lib
 from explore_rl.rl.train_step import TrainState, init_state, make_optimizer
 from explore_rl.sampling import engine as engine_lib
@@ -193,7 +193,9 @@ def _resume(run: Run, ckpt: Checkpointer, step: int, state, mesh: Mesh) -> Progr
 
 def what_runs(run: Run, workdir: str, step: int) -> str:
     """What the run will use, said at start: the model (a path, or a random shape), the
-    task's data and held-out sets with their sizes, the methods, the run directory."""
+    task's data and held-out sets with their sizes, how prompts are written (the first,
+    rendered), the update by its papers' names, each method's settings, the evaluation,
+    the run directory."""
     s, cfg = run.spec, run.cfg
     size = f"{cfg.family}, {cfg.num_params() / 1e6:.0f}M params"
     model = (
@@ -202,6 +204,7 @@ def what_runs(run: Run, workdir: str, step: int) -> str:
         else f"{s.model.path} ({size})"
     )
     source = s.task.train_path or s.task.preset or s.task.name
+    source = source if source == s.task.name else f"{s.task.name}, {source}"
     cap = s.eval.num_prompts
     held_out = ", ".join(
         f"{n} ({len(p)}" + (f", the first {cap}: eval.num_prompts)" if 0 < cap < len(p) else ")")
@@ -217,11 +220,67 @@ def what_runs(run: Run, workdir: str, step: int) -> str:
     return "\n".join([
         f"model: {model}",
         f"task: {source}: {len(run.train_set)} training problems; held out: {held_out}",
+        f"prompts: {prompts_said(run)}",
         f"reward: {s.reward.fn.describe()}",
-        f"methods: {', '.join(n for n, _ in s.methods) or 'none (GRPO)'}",
+        f"update: {update_said(s)}",
+        *methods_said(s),
         f"evaluation: {evaluation}",
         f"run: {workdir} ({resume}); tensorboard --logdir {workdir}",
     ])  # fmt: skip
+
+
+def prompts_said(run: Run) -> str:
+    """How the task's questions become prompts (`spec.prompt`), and the first training
+    prompt as the model reads it."""
+    f, first = run.spec.prompt, run.train_set[0]
+    if first.messages and not f.raw:
+        how = "the data's chat in the model's chat template, as written"
+    elif f.raw:
+        how = f"task.raw_prompt={f.raw!r} with task.instruction={f.instruction!r}, no chat"
+    else:  # a plain question: TRL would pass it as written; this is verl's way
+        system = f", task.system_prompt={f.system!r}" if f.system else ""
+        how = (
+            f"the question + task.instruction={f.instruction!r}{system} in the model's chat "
+            "template (as written: task.raw_prompt='{question}' task.instruction='')"
+        )
+    return f"{how}; the first: {f.text(run.tok, first.question, first.messages)!r}"
+
+
+def update_said(s: RunSpec) -> str:
+    """The update by its papers' names: the advantage estimator, the policy loss and its
+    aggregation, TIS, KL and entropy terms (a half of Dr. GRPO is said to be one)."""
+    a, loss = s.update.advantage, s.loss
+    agg = losses.AGGREGATIONS[loss.aggregation].paper or loss.aggregation
+    clip = (
+        f"sequence clip [{loss.gspo_eps_low}, {loss.gspo_eps_high}]"
+        if loss.policy == "gspo"
+        else f"clip [1-{loss.eps_low}, 1+{loss.eps_high}]"
+    )
+    parts = [
+        f"advantage {a} ({advantages.PAPERS.get(a, 'your own')})",
+        f"loss {loss.policy} {clip}, aggregation {loss.aggregation} ({agg})",
+        f"TIS cap {loss.tis_cap}" if loss.tis_cap else "no TIS",
+        f"KL {loss.kl_coef} ({loss.kl_estimator})" if loss.kl_coef else "no KL",
+        f"entropy bonus {loss.entropy_coef}" if loss.entropy_coef else "no entropy bonus",
+        f"scored at T={loss.score_temperature:g}",
+    ]
+    if (a == "dr_grpo") != (loss.aggregation == "seq_mean_token_sum_norm"):
+        parts.append(
+            "half of Dr. GRPO, which is rl.advantage=dr_grpo with "
+            "rl.aggregation=seq_mean_token_sum_norm (configs/controls.py:dr_grpo)"
+        )
+    return "; ".join(parts)
+
+
+def methods_said(s: RunSpec) -> list[str]:
+    """A line per exploration method with its settings (what config.json records)."""
+    if not s.methods:
+        return ["methods: none (GRPO)"]
+    return [
+        f"method {name}: "
+        + ", ".join(f"{k}={v!r}" for k, v in dataclasses.asdict(settings).items())
+        for name, settings in s.methods
+    ]
 
 
 def evaluation_rows(run: Run) -> int:
