@@ -377,6 +377,13 @@ def _check_paths(c: ConfigDict) -> None:
             or (best_alias(path) and os.path.isdir(os.path.dirname(os.path.abspath(path)))),
             f"{key}={path}: no such file or folder",
         )
+    run = c.model.path
+    _check(  # a run's Orbax checkpoints are not a model folder's weights
+        not os.path.isdir(os.path.join(run, "checkpoints")),
+        f"model.path={run} is a run directory, not a model folder: export its weights "
+        f"first (--mode export --config <its config> --config.eval.checkpoint={run} "
+        f"--workdir {run.rstrip('/')}-hf) and give model.path={run.rstrip('/')}-hf",
+    )
     _check(
         not c.model.base or os.path.isfile(os.path.join(c.model.path, RECIPE_FILE)),
         f"model.base={c.model.base}: not built (model.path={c.model.path} is not its folder): "

@@ -147,3 +147,35 @@ def test_an_sft_runs_weights_start_an_rl_run(tmp_path):
     rl.reward.fn = testing.PARITY  # mixed groups, so the step updates
     progress = loop.train(config_lib.spec(rl), str(tmp_path / "rl"))
     assert int(progress.state.step) > 0
+
+
+def test_a_task_without_worked_solutions_is_named_as_such(tmp_path):
+    """The default task (arithmetic) makes no solutions: the error says so, not the length."""
+    c = grpo.get_config("smoke")
+    c.train.steps = 1
+    run, _, ckpt = testing.start(config_lib.spec(c, "sft"), str(tmp_path), None)
+    ckpt.close()
+    with pytest.raises(ValueError, match="task 'arithmetic' has no worked solutions to imitate"):
+        sft.examples(run)
+
+
+def test_an_sft_step_logs_no_ratio_metrics(tmp_path):
+    """SFT has no pi_old and no sampling policy: no clip fractions, ratio or KL to pi_old
+    (the RL metrics would be numbers of nothing), the loss and entropy only."""
+    c = lab_config(steps=1)
+    run, progress, ckpt = testing.start(config_lib.spec(c, "sft"), str(tmp_path), None)
+    ckpt.close()
+    _, metrics, _ = sft.sft_step(run, sft.examples(run), progress)
+    assert "train/loss" in metrics and "policy/entropy" in metrics
+    assert not [k for k in metrics if "clip_frac" in k or "ratio" in k or "kl" in k]
+
+
+def test_rl_from_an_sft_run_folder_says_to_export_it_first(tmp_path):
+    """`model.path=<an SFT run>`: its Orbax checkpoints are not a model folder's weights;
+    the run is refused with the export command, before anything loads."""
+    (tmp_path / "sft" / "checkpoints").mkdir(parents=True)
+    c = grpo.get_config("smoke")
+    c.model.path, c.model.random_init = str(tmp_path / "sft"), ""
+    with pytest.raises(ValueError, match=r"is a run directory, not a model folder: export .* "
+                       rf"--workdir {tmp_path}/sft-hf\) and give model.path={tmp_path}/sft-hf"):
+        config_lib.spec(c)

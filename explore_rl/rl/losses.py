@@ -140,6 +140,9 @@ def gspo(x: LossInputs, c: LossConfig):
     return loss, low, high
 
 
+SUPERVISED = ("nll",)  # losses of given responses (--mode sft), not of sampled ones
+
+
 @register("nll")
 def nll(x: LossInputs, c: LossConfig):
     """-log pi_theta(y_t): supervised fine-tuning's loss on the given response tokens
@@ -259,6 +262,10 @@ def policy_loss(config: LossConfig, x: LossInputs, n: Array | None = None):
         loss += config.kl_coef * agg.reduce(kl, mask, n)
         metrics["policy/kl_ref"] = _token_sum(kl, mask, jnp.sum(mask))
     count = jnp.sum(mask)
+    if x.entropy is not None:
+        metrics["policy/entropy"] = _token_sum(x.entropy, mask, count)
+    if config.policy in SUPERVISED:  # no pi_old, no sampling policy: no ratio to report
+        return loss, jax.lax.stop_gradient(metrics)
     ratio_log = x.logp - x.old_logp
     metrics.update(
         {
@@ -268,8 +275,6 @@ def policy_loss(config: LossConfig, x: LossInputs, n: Array | None = None):
             "policy/ratio_mean": _token_sum(jnp.exp(ratio_log), mask, count),
         }
     )
-    if x.entropy is not None:
-        metrics["policy/entropy"] = _token_sum(x.entropy, mask, count)
     if x.behaviour_logp is not None:
         # KL(mu || pi_old) per token, estimated (k1) on the tokens drawn from mu: how far
         # the explorers' sampling is from the policy the update corrects towards.

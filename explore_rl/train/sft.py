@@ -58,6 +58,13 @@ def examples(run: Run) -> Examples:
         if p.solution and len(ids) <= limit:
             problems.append(p)
             responses.append(ids)
+    if unsolved == len(run.train_set):
+        raise ValueError(
+            f"--mode sft: task {run.spec.task.name!r} has no worked solutions to imitate "
+            "(none of its training problems has one): name the field that holds them, "
+            "task.solution_field, for a file, or use a task that makes them (countdown, "
+            "multistep)"
+        )
     if not problems:
         raise ValueError(
             f"--mode sft: none of the {len(run.train_set)} training problems has a solution of "
