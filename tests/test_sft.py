@@ -176,6 +176,9 @@ def test_rl_from_an_sft_run_folder_says_to_export_it_first(tmp_path):
     (tmp_path / "sft" / "checkpoints").mkdir(parents=True)
     c = grpo.get_config("smoke")
     c.model.path, c.model.random_init = str(tmp_path / "sft"), ""
-    with pytest.raises(ValueError, match=r"is a run directory, not a model folder: export .* "
-                       rf"--workdir {tmp_path}/sft-hf\) and give model.path={tmp_path}/sft-hf"):
+    with pytest.raises(
+        ValueError,
+        match=r"is a run directory, not a model folder: export .* "
+        rf"--workdir {tmp_path}/sft-hf\) and give model.path={tmp_path}/sft-hf",
+    ):
         config_lib.spec(c)
