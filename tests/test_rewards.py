@@ -330,3 +330,77 @@ def test_a_hanging_custom_reward_times_out_and_is_counted(tmp_path):
     loop.train(config_lib.spec(c), str(tmp_path / "raises"))
     (row,) = read_metrics(str(tmp_path / "raises"))
     assert row["rollout/reward_errors"] > 0 and row["rollout/verifier_timeouts"] == 0
+
+
+VERL_FILE = """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return {"score": float(solution_str.strip() == ground_truth)}
+
+
+def other(response, problem):
+    return 0.5
+"""
+
+
+def test_a_reward_file_by_path_is_called_by_its_parameters(tmp_path):
+    """`reward.fn=path/to/file.py[:function]` (verl's custom_reward_function.path, its
+    name `compute_score` by default): called by its parameters as a module's function is;
+    a missing file or function is one line naming it."""
+    from configs import grpo
+    from explore_rl.data.tasks import Problem
+    from explore_rl.rewards import registry
+
+    path = tmp_path / "my_reward.py"
+    path.write_text(VERL_FILE)
+    c = grpo.get_config("smoke")
+    c.reward.fn = f"{path}, {path}:other"
+    reward = registry.build(c.reward)
+    assert reward.describe() == "1 x compute_score (verl), 1 x other"
+    verl, ours = reward.functions
+    problem = Problem("3 + 4?", "7")
+    assert registry.call_verl(verl.fn, "7", problem) == 1.0 and ours.fn("x", problem) == 0.5
+    for fn, message in [
+        (f"{tmp_path}/nope.py", "no such file"),
+        (f"{path}:missing", "has no 'missing'"),
+    ]:
+        c.reward.fn = fn
+        with pytest.raises(ValueError, match=f"^config: reward.fn=.*: .*{message}"):
+            registry.build(c.reward)
+
+
+def test_verls_default_reward_dispatches_on_the_rows_data_source():
+    """`reward.name=data_source`: verl's default_compute_score routing, each math source's
+    answer read where verl's scorer reads it; a source it has no scorer for raises."""
+    from explore_rl.data.tasks import Problem
+    from explore_rl.rewards.registry import by_data_source
+
+    def row(source):
+        return Problem("q", "0.5", columns={"data_source": source})
+
+    assert by_data_source("so #### 0.5", row("openai/gsm8k")) == 1.0
+    assert by_data_source("\\boxed{1/2} #### 3", row("openai/gsm8k")) == 0.0  # after ####
+    for source in ("HuggingFaceH4/MATH-500", "lighteval/MATH", "math_dapo", "aime24", "numina_x"):
+        assert by_data_source("it is \\boxed{\\frac{1}{2}}", row(source)) == 1.0, source
+        assert by_data_source("it is 0.5", row(source)) == 0.0, source  # boxed only
+    with pytest.raises(NotImplementedError, match="data_source='my/own'"):
+        by_data_source("\\boxed{0.5}", row("my/own"))
+
+
+@pytest.mark.slow
+def test_a_reward_file_is_loaded_by_the_spawned_workers(tmp_path):
+    """The reward workers are spawned: a file's function reaches them by its path."""
+    from configs import grpo
+    from explore_rl.data.tasks import Problem
+    from explore_rl.rewards import registry
+
+    path = tmp_path / "my_reward.py"
+    path.write_text(VERL_FILE)
+    c = grpo.get_config("smoke")
+    c.reward.fn, c.reward.name = f"{path}, data_source", "math"
+    reward = registry.build(c.reward)
+    gsm8k = Problem("q", "7", columns={"data_source": "openai/gsm8k"})
+    with Verifier(workers=1, timeout=20.0) as v:
+        scored = reward.score(v, [("7", gsm8k), ("#### 7", gsm8k)])
+    assert scored.by_function["compute_score"].tolist() == [1.0, 0.0]
+    assert scored.by_function["data_source"].tolist() == [0.0, 1.0]
+    assert scored.errors == 0

@@ -12,6 +12,8 @@ contrasts); DAPO's filter and the advantages use the sum. Empty `reward.fn` is
 
     reward.fn = "my.module:score"                         # your own
     reward.fn = "math, my.module:brevity"; reward.weights = "1, 0.1"
+    reward.fn = "path/to/my_reward.py:compute_score"      # a file (verl's custom path)
+    reward.name = "data_source"                           # verl's default, by data_source
 
 A function is called the way its parameters say, so a verl or TRL reward works as written:
 - ours, `f(response, problem) -> float`, per response; `problem.columns` is its dataset
@@ -42,8 +44,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import inspect
 import math
+import os
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -64,6 +68,40 @@ def extractors(section) -> tuple[str, ...]:
 def _math(section):
     """1 when the extracted final answer equals the problem's reference answer (math.py)."""
     return functools.partial(math_rewards.math_reward, extractors=extractors(section))
+
+
+# The data sources verl's `default_compute_score` (verl/utils/reward_score/__init__.py)
+# scores as math, and where its scorer reads the answer: GSM8K after "####" (gsm8k.py,
+# strict), the others in the last \boxed{} (math_reward.py, math_dapo.py, prime_math).
+VERL_MATH_SOURCES = {
+    "openai/gsm8k": ("hash",),
+    "lighteval/MATH": ("boxed",),
+    "DigitalLearningGmbH/MATH-lighteval": ("boxed",),
+    "HuggingFaceH4/MATH-500": ("boxed",),
+}
+VERL_MATH_PREFIXES = ("math_dapo", "aime", "numina_")  # the same, by the name's start
+
+
+def by_data_source(response: str, problem) -> float:
+    """verl's `default_compute_score` dispatch on a row's `data_source`: a source verl
+    scores as math is scored by this project's math equivalence, its answer read where
+    verl's scorer reads it (`VERL_MATH_SOURCES`: 1 or 0, where verl's math_dapo gives -1
+    for a wrong answer); another source raises, as verl's NotImplementedError (the
+    response scores 0 and is counted in `rollout/reward_errors`): score it with a verl
+    function of your own (`reward.fn=path/to/file.py:compute_score`)."""
+    source = str(problem.columns.get("data_source", ""))
+    how = VERL_MATH_SOURCES.get(source) or (
+        ("boxed",) if source.startswith(VERL_MATH_PREFIXES) else None
+    )
+    if how is None:
+        raise NotImplementedError(f"no reward for data_source={source!r}")
+    return math_rewards.math_reward(response, problem, how)
+
+
+@register("data_source")
+def _data_source(section):
+    """verl's default reward: by each row's `data_source` (`by_data_source`)."""
+    return by_data_source
 
 
 def _accepted(fn, kwargs: dict) -> dict:
@@ -206,10 +244,61 @@ def _entries(text: str) -> list[str]:
     return [e.strip() for e in text.split(",") if e.strip()]
 
 
+@dataclasses.dataclass(frozen=True)
+class FromFile:
+    """The function `name` of the Python file `path` (verl's `custom_reward_function.path`
+    and `.name`): picklable by its path, so each spawned reward worker loads the file
+    itself, once; called and inspected as the function is."""
+
+    path: str
+    name: str
+
+    @property
+    def fn(self) -> Callable:
+        return _file_function(self.path, self.name)
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+    @property
+    def __signature__(self) -> inspect.Signature:  # how it is called: the function's
+        return inspect.signature(self.fn)
+
+
+@functools.cache
+def _file_function(path: str, name: str) -> Callable:
+    module_spec = importlib.util.spec_from_file_location(f"_reward_file_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def from_file(entry: str, said: str) -> FromFile:
+    """`path/to/file.py[:function]` as a reward function (verl's default name,
+    `compute_score`, when none is given); a config error naming what is missing."""
+    path, _, name = entry.rpartition(".py")
+    path, name = os.path.abspath(path + ".py"), name.lstrip(":") or "compute_score"
+    if not os.path.isfile(path):
+        raise ValueError(f"{said}: no such file {path}")
+    try:
+        fn = _file_function(path, name)
+    except AttributeError:
+        raise ValueError(f"{said}: {path} has no {name!r}") from None
+    except Exception as e:  # the file's own code failed as it ran
+        raise ValueError(f"{said}: running {path} raised {type(e).__name__}: {e}") from None
+    if not callable(fn):
+        raise ValueError(f"{said}: not a function")
+    return FromFile(path, name)
+
+
 def _function(entry: str, section, weight: float) -> Function:
-    """`entry` of `reward.fn` (a registered name or "module:function"), or `reward.name`
-    when `reward.fn` is empty, as a run's reward function."""
+    """`entry` of `reward.fn` (a registered name, "module:function" or
+    "path/to/file.py[:function]"), or `reward.name` when `reward.fn` is empty, as a run's
+    reward function."""
     said = f"config: reward.fn={entry!r}"
+    if entry.endswith(".py") or ".py:" in entry:
+        fn = from_file(entry, said)
+        return Function(fn.name, fn, calling_of(fn, said), weight)
     if ":" in entry:
         fn = load(entry, "reward.fn")
         if not callable(fn):
