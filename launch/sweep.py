@@ -5,7 +5,9 @@
     python launch/sweep.py configs/eden.py:paper --workdir runs/eden-sweep -- \\
         --config.model.path=/models/Qwen2.5-Math-1.5B          # flags for every point
     python launch/sweep.py configs/eden.py:paper --slurm eden.sbatch --nodes 2 \\
-        --gpus-per-node 4 --time 24:00:00 --partition gpu   # a SLURM job array
+        --gpus-per-node 4 --time 24:00:00 --partition gpu -- \\
+        --config.model.path=/models/Qwen2.5-Math-1.5B --config.task.train_path=train.jsonl
+    python launch/sweep.py configs/eden.py:demo --run seed=0,rho=0.12 --slurm one.sbatch
     python launch/sweep.py configs/ead.py:paper --tpu my-v4-32 --zone us-central2-b
 
 A config's sweep is built with the `hyper` helper it receives (the big_vision and
@@ -16,11 +18,18 @@ Each point becomes `python -m explore_rl.main --config CONFIG --workdir ROOT/NAM
 ("seed=0,alpha=0.25"; a longer suffix of the key where two last components clash), so
 every point has its own work directory, and rerunning a sweep resumes each run.
 
+`--run NAME` (repeatable) keeps the named points only, `--single` the config as given (one
+run, "default").
+
 On a cluster every point is one multi-host run: `--slurm FILE` writes a job-array script
 (`sbatch FILE`): each array task takes `--nodes` nodes, one process a node (`srun`), whose
 processes join through JAX's SLURM detection; it runs this environment's Python, passes
-`--time`, `--partition`, `--account` and `--cpus-per-task` through, and its log folder
-(ROOT) is created as the script is written (SLURM does not create it). `--tpu NAME`
+`--time`, `--partition`, `--account` and `--cpus-per-task` through, runs in the folder the
+script was written from (`--chdir`, so the configs' relative paths name what was checked)
+with absolute work directories, and its log folder (ROOT) is created as the script is
+written (SLURM does not create it). Every point's config is checked first (`check`: its
+values, and that the files it names exist): a point that would stop at its start is
+refused here, named, rather than queued. `--tpu NAME`
 prints one command a point that runs it on every worker of a TPU VM (`--distributed`: JAX
 reads the pod's topology).
 """
@@ -28,6 +37,7 @@ reads the pod's topology).
 from __future__ import annotations
 
 import argparse
+import ast
 import itertools
 import os
 import shlex
@@ -35,6 +45,7 @@ import subprocess
 import sys
 
 from explore_rl import config as config_lib
+from explore_rl.models import weights
 
 
 class Hyper:
@@ -91,10 +102,19 @@ def name(point: dict, short: dict[str, str]) -> str:
     return ",".join(parts) or "default"
 
 
-def commands(spec: str, workdir: str, extra: list[str]) -> list[tuple[str, list[str]]]:
-    """(run name, argv) per point of the sweep of `spec`."""
-    sweep = points(spec)
+def commands(
+    spec: str, workdir: str, extra: list[str], only: list[str] = (), single: bool = False
+) -> list[tuple[str, list[str]]]:
+    """(run name, argv) per point of the sweep of `spec`: the points named `only` where
+    given (each must be one), or the config as given alone (`single`)."""
+    sweep = [{}] if single else points(spec)
     short = _short_names(sorted({k for p in sweep for k in p}))
+    if only:
+        named = {name(p, short): p for p in sweep}
+        unknown = [r for r in only if r not in named]
+        if unknown:
+            raise ValueError(f"{spec}: no run named {unknown[0]!r} (runs: {sorted(named)})")
+        sweep = [named[r] for r in only]
     out = []
     for point in sweep:
         run = name(point, short)
@@ -105,6 +125,34 @@ def commands(spec: str, workdir: str, extra: list[str]) -> list[tuple[str, list[
     if len({r for r, _ in out}) != len(out):
         raise ValueError(f"{spec}: two points of the sweep have the same name")
     return out
+
+
+def check(spec: str, argv: list[str]) -> None:
+    """The run `argv` (of `commands`) would start: its config, with the point's and the
+    command line's overrides, passes the run's checks (`config.spec`: values, and the files
+    it names, relative to here). A base model that its first run builds (`model.base`) is
+    not checked. A ValueError naming what would stop it."""
+    c = config_lib.load(spec)
+    for a in argv:
+        if a.startswith("--config."):
+            key, _, text = a[len("--config.") :].partition("=")
+            *sections, field = key.split(".")
+            parent = c
+            for part in sections:
+                parent = parent[part]
+            old = parent[field]
+            if isinstance(old, bool):
+                parent[field] = text.lower() in ("true", "t", "1")
+            elif isinstance(old, str):
+                parent[field] = text
+            else:
+                try:
+                    parent[field] = ast.literal_eval(text)
+                except (ValueError, SyntaxError):  # a word for a field of several types
+                    parent[field] = text
+    if c.model.base:
+        c.model.base, c.model.path = "", weights.EMBEDDED
+    config_lib.spec(c)
 
 
 SBATCH_OPTIONS = ("time", "partition", "account", "cpus-per-task")  # passed through
@@ -124,6 +172,7 @@ def slurm_script(
         "#SBATCH --ntasks-per-node=1",
         *([f"#SBATCH --gpus-per-node={gpus}"] if gpus else []),
         *(f"#SBATCH --{k}={v}" for k, v in options.items() if v),
+        f"#SBATCH --chdir={os.getcwd()}",  # where the configs' relative paths were checked
         # SLURM does not create the log's folder: `main` does, as it writes the script
         f"#SBATCH --output={os.path.join(os.path.abspath(root), 'slurm-%A_%a.out')}",
         "set -euo pipefail",
@@ -172,6 +221,8 @@ def main(argv=None):
     parser.add_argument("--gpus-per-node", type=int, default=0, help="--slurm: GPUs a node")
     for option in SBATCH_OPTIONS:
         parser.add_argument(f"--{option}", default="", help=f"--slurm: sbatch's --{option}")
+    parser.add_argument("--run", action="append", default=[], help="only this point (by name)")
+    parser.add_argument("--single", action="store_true", help="the config as given: one run")
     parser.add_argument("--tpu", help="print the commands for this TPU VM's workers (no run)")
     parser.add_argument("--zone", default="", help="--tpu: its zone")
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -179,8 +230,15 @@ def main(argv=None):
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     stem = os.path.splitext(os.path.basename(args.config.partition(":")[0]))[0]
     root = args.workdir or os.path.join("runs", "sweeps", stem)
-    runs = commands(args.config, root, extra)
+    if args.slurm:  # a job's work directory wherever SLURM starts it
+        root = os.path.abspath(root)
+    runs = commands(args.config, root, extra, args.run, args.single)
     if args.slurm:
+        for run, argv in runs:
+            try:
+                check(args.config, argv)
+            except (ValueError, TypeError, KeyError, AttributeError) as e:  # a bad override too
+                raise SystemExit(f"{run}: {e} (nothing written; fix it, then submit)") from None
         options = {o: getattr(args, o.replace("-", "_")) for o in SBATCH_OPTIONS}
         os.makedirs(root, exist_ok=True)  # the jobs' log folder
         with open(args.slurm, "w") as f:

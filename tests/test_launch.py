@@ -108,3 +108,36 @@ def test_a_sweep_runs_each_point_through_the_cli(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert sorted(os.listdir(tmp_path)) == ["seed=0", "seed=1"]
     assert all(os.path.exists(tmp_path / d / "metrics.jsonl") for d in ("seed=0", "seed=1"))
+
+
+def test_slurm_checks_every_point_and_submits_one_run_with_absolute_paths(tmp_path, monkeypatch):
+    """`--slurm` refuses, naming the point and writing nothing, a sweep whose runs would
+    stop at start (a paper config's model folder missing here); `--run NAME` submits one
+    point, `--single` the config as given; the script's work directories are absolute and
+    it runs where the paths were checked."""
+    script, root = tmp_path / "one.sbatch", "rel/w"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "configs").symlink_to(os.path.dirname(configs.__file__))
+    with pytest.raises(SystemExit, match=r"^seed=0,rho=0.12: config: model.path=models/Qwen2.5"
+                       r"-Math-1.5B: no such file or folder \(nothing written"):  # fmt: skip
+        sweep.main(["configs/eden.py:paper", "--workdir", root, "--slurm", str(script)])
+    assert not script.exists() and not (tmp_path / "rel").exists()
+    sweep.main(["configs/eden.py:demo", "--workdir", root, "--slurm", str(script),
+                "--run", "seed=1,rho=0.18"])  # fmt: skip
+    text = script.read_text()
+    assert "#SBATCH --array=0-0" in text and f"#SBATCH --chdir={tmp_path}" in text
+    (command,) = [line for line in text.splitlines() if "-m explore_rl.main" in line]
+    assert f"--workdir {tmp_path}/rel/w/seed=1,rho=0.18 " in command
+    with pytest.raises(ValueError, match="no run named 'seed=9'"):
+        sweep.main(["configs/eden.py:demo", "--slurm", str(script), "--run", "seed=9"])
+    sweep.main(["configs/eden.py:demo", "--workdir", root, "--slurm", str(script), "--single"])
+    (command,) = [line for line in script.read_text().splitlines() if "-m explore_rl.main" in line]
+    assert (
+        f"--workdir {tmp_path}/rel/w/default'  # default" in command
+        and "--config.seed" not in command
+    )
+    with pytest.raises(
+        SystemExit, match=r"^default: config: rl.minibatches=4 must divide rollout.prompts=3"
+    ):
+        sweep.main(["configs/eden.py:demo", "--slurm", str(script), "--single", "--",
+                    "--config.rollout.prompts=3"])  # fmt: skip
