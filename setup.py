@@ -70,6 +70,8 @@ setup(
             "wandb",  # logging.wandb (its test runs offline)
         ],
         "wandb": ["wandb"],  # logging.wandb=True
+        # notebooks/: open them (jupyter lab) or run them headless (jupyter nbconvert --execute)
+        "notebooks": ["jupyterlab", "nbconvert", "ipykernel"],
         "cuda12": ["jax[cuda12]>=0.7"],  # NVIDIA GPUs: jaxlib's CUDA 12 wheels
         "tpu": ["jax[tpu]>=0.7"],  # a Cloud TPU VM: libtpu
     },
