@@ -56,6 +56,9 @@ def test_smoke_cli_writes_the_run_directory_and_reruns(tmp_path):
     assert "task: arithmetic: 2000 training problems; held out: arithmetic (4)" in said
     assert "reward: 1 x math" in said
     assert "methods: none (GRPO)" in said
+    assert any(s.startswith("update: advantage grpo (GRPO's group mean and std") for s in said)
+    assert any(s.startswith("memory per device (estimate, GiB): ") for s in said)
+    assert "step 1 compiles the run's programs first" in out.stderr  # before a silent minute
     evaluation = [s for s in said if s.startswith("evaluation: ")]  # its size, then its time
     size = re.fullmatch(r"evaluation: 8 responses of up to (\d+) tokens \(eval.samples=2 per "
                         r"question\), every 2 steps and after the last", evaluation[0])  # fmt: skip

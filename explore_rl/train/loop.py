@@ -114,6 +114,12 @@ def _train(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mes
     metrics = None  # the last step's, for the summary
     if t.eval_before and start_step == 0 and run.test_sets:  # logged as step 0
         logger.log(0, run_evaluation(run, progress.state.params, progress.explorers, 0))
+    if main and start_step < t.steps:  # the slowest step: said, so a silent minute is not a hang
+        tqdm.write(
+            f"step {start_step + 1} compiles the run's programs first (kept in the compilation "
+            "cache: a rerun of the same shapes starts in seconds)",
+            file=sys.stderr,
+        )
     with _StopSignals() as stop:
         for step in bar:
             progress, metrics, samples = step_fn(run, progress, step)
