@@ -191,7 +191,9 @@ def test_reward_registry_and_config_errors(tmp_path, monkeypatch):
         with pytest.raises(ValueError, match=f"reward.weights='{weights}': {message}"):
             config_lib.spec(c)
     c.reward.fn, c.reward.name, c.reward.weights = "", "chess", ""
-    with pytest.raises(ValueError, match=r"reward.name='chess': known \['countdown', 'math', "):
+    with pytest.raises(
+        ValueError, match=r"reward.name='chess': known \['countdown', 'data_source', 'math', "
+    ):
         config_lib.spec(c)
 
 
