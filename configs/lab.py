@@ -53,6 +53,7 @@ def get_config(arg: str | None = None):
         c.optim.micro_batch_tokens = 4 * (32 + c.rollout.group_size * c.rollout.max_new_tokens)
         c.optim.lr = 3e-5  # 1e-4 and above: the reward falls (a pilot: BENCHMARKS.md)
         c.train.steps, c.train.eval_every, c.train.eval_before = 300, 50, True
+        c.exploration.scale = "lab"  # a method composed here takes its lab settings
     # task.name=countdown: as many problems as the files hold
     c.task.train_size, c.task.test_size = lab.SPLIT_SIZES["train"], lab.SPLIT_SIZES["test"]
     return smoke(c) if scale == "smoke" else c
