@@ -255,7 +255,7 @@ class FromFile:
 
     @property
     def fn(self) -> Callable:
-        return _file_function(self.path, self.name)
+        return getattr(_file_module(self.path), self.name)
 
     def __call__(self, *args, **kwargs):
         return self.fn(*args, **kwargs)
@@ -266,11 +266,13 @@ class FromFile:
 
 
 @functools.cache
-def _file_function(path: str, name: str) -> Callable:
+def _file_module(path: str):
+    """The Python file `path` run as a module, once a process (as verl loads its
+    `custom_reward_function.path`)."""
     module_spec = importlib.util.spec_from_file_location(f"_reward_file_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
-    return getattr(module, name)
+    return module
 
 
 def from_file(entry: str, said: str) -> FromFile:
@@ -281,12 +283,12 @@ def from_file(entry: str, said: str) -> FromFile:
     if not os.path.isfile(path):
         raise ValueError(f"{said}: no such file {path}")
     try:
-        fn = _file_function(path, name)
-    except AttributeError:
-        raise ValueError(f"{said}: {path} has no {name!r}") from None
+        module = _file_module(path)
     except Exception as e:  # the file's own code failed as it ran
         raise ValueError(f"{said}: running {path} raised {type(e).__name__}: {e}") from None
-    if not callable(fn):
+    if not hasattr(module, name):
+        raise ValueError(f"{said}: {path} has no {name!r}")
+    if not callable(getattr(module, name)):
         raise ValueError(f"{said}: not a function")
     return FromFile(path, name)
 
