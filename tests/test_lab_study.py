@@ -31,10 +31,11 @@ def _run(root, arm, seed, pass64, worst8, responses, tis=None):
     rows = [{"step": s, "reward/mean": 0.2, "groups/zero_adv_frac": 0.4,
              "rollout/entropy": 0.5, "rollout/answer_disagreement": 0.3}
             for s in range(1, 301)]  # fmt: skip
-    if arm == "ead":
+    if arm == "ead":  # drawn at 0.1 over its first 10 steps, at 1 after
         config["exploration"] = {"methods": ["ead"], "ead": EAD}
         for r in rows:
             r["tis/mean"] = tis
+            r["rollout/temperature"] = 0.1 if r["step"] <= 10 else 1.0
     if arm == "ase":  # the bank's first update at step 3: steering from step 4, 6 rows of 8
         config["exploration"] = {"methods": ["ase"], "ase": {"k": 3, "routing": "bank"}}
         config["rollout"]["group_size"] = 8
@@ -133,15 +134,27 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
         if line.startswith(("| EAD |", "| ASE |"))
     }
     assert verdicts["Pass@64 above GRPO's"] == "held"  # +0.02 on every seed
-    # EAD's rollout metrics here are GRPO's, step for step; ASE's disagreement is not
-    assert "- ead: its rollouts equal grpo's at every step" in text and "- ase: its" not in text
+    # the ablation's rollout metrics here are GRPO's, step for step; ASE's disagreement and
+    # EAD's temperature are not
+    assert "- ase_unstructured: its rollouts equal grpo's at every step" in text
+    assert "- ase: its" not in text and "- ead: its" not in text
     assert verdicts["Pass@64 above temperature 0.7's"] == "not measured"  # no cold run
     assert verdicts["Worst@8 not below GRPO's (above -0.01)"] == "against"  # -0.05..-0.07
     assert (
         "| Worst@8 not below GRPO's (above -0.01) | ead | -0.060 [-0.070, -0.050] | 0 of 3 |"
         in text
     )
-    assert verdicts["mean TIS weight within 0.05 of 1"] == "held"
+    # held, as a mean importance weight near 1 holds whatever the method does: said so
+    assert verdicts["mean TIS weight within 0.05 of 1"].startswith("held, but no test: ")
+    # EAD's temperature as its rollouts drew it, not as its schedule reads
+    assert (
+        "| ead | EAD: the same over steps 1-10 | 0.100 [0.100, 0.100] |" in text
+        and "| ead | EAD: its rollouts' mean token temperature, every step (GRPO's: 1) | "
+        "0.970 [0.970, 0.970] |"
+        in text
+    )
+    # Pass@64 0.02 above GRPO on each of 3 seeds: no spread, two seeds detect it
+    assert "| ead | 3 | 0.0000 | 0.000 | 2 | 2 |" in text
     # KL a steered token: 0.0075 over all rows once steering began, over 6 of 8 rows: 0.01
     ase = study.values(analysis.load_run(str(kept / "ase-s0")))
     assert ase["steered_kl"] == pytest.approx(0.01)
@@ -160,6 +173,21 @@ def test_the_report_judges_each_prediction_from_the_runs(tmp_path, monkeypatch):
     assert grpo["distinct"] == pytest.approx(1 / 2) and grpo["other@64"] == 0.0
     figures = ["curves.png", "ead.png", "eden.png", "pass_at_k.png"]
     assert sorted(os.listdir(tmp_path / "figures")) == figures
+
+
+def test_a_margin_held_below_grpo_is_said_to_be_below():
+    """ "At least GRPO's (above -0.01)" holds on an interval inside (-0.01, 0), and the
+    report says the arm is below GRPO rather than letting "held" read as "as good"."""
+    p = study.Prediction("ASE", "Mean@8 at least GRPO's", "ase", "pass@1", threshold=-0.01)
+    grpo = {s: {"pass@1": 0.2} for s in range(8)}
+    below = {s: {"pass@1": 0.2 - 0.005 - 0.001 * (s % 2)} for s in range(8)}
+    level = {s: {"pass@1": 0.2 + 0.002 * (s % 2 - 0.5)} for s in range(8)}
+    _, seeds, verdict = study.judge(p, {"grpo": grpo, "ase": below})
+    assert (seeds, verdict) == (
+        "8 of 8",
+        "held on the margin, but below GRPO (the interval excludes 0)",
+    )
+    assert study.judge(p, {"grpo": grpo, "ase": level})[2] == "held"
 
 
 ROOT = os.path.join(HERE, "..")
