@@ -7,6 +7,7 @@ import math
 import os
 import sys
 
+import numpy as np
 import pytest
 
 from explore_rl import analysis
@@ -208,6 +209,7 @@ def test_the_kept_runs_are_not_ignored_by_git():
 
 
 FOUND = "## What the study found"  # docs/lab.md's results: the last section
+PREFIX_CHOICE = "### ExTra's prefix choice without RL"
 
 
 def test_the_numbers_docs_quote_are_the_reports():
@@ -225,3 +227,61 @@ def test_the_numbers_docs_quote_are_the_reports():
     number = re.compile(r"-?\d+\.\d+")
     quoted = set(number.findall(found))
     assert quoted and quoted <= set(number.findall(report)), quoted - set(number.findall(report))
+    # a focused experiment's result quotes its own report
+    with open(os.path.join(ROOT, "docs", "lab.md")) as f:
+        prefix = f.read().split(PREFIX_CHOICE, 1)[1].split("\n#", 1)[0]
+    with open(os.path.join(ROOT, "results", "lab", "prefix_choice.md")) as f:
+        numbers = set(number.findall(f.read()))
+    assert set(number.findall(prefix)) <= numbers, set(number.findall(prefix)) - numbers
+
+
+choice_spec = importlib.util.spec_from_file_location(
+    "prefix_choice", os.path.join(HERE, "..", "results", "lab", "prefix_choice.py")
+)
+choice = importlib.util.module_from_spec(choice_spec)
+sys.modules["prefix_choice"] = choice
+choice_spec.loader.exec_module(choice)
+
+
+class _Chars:
+    """A tokenizer of one character a token id (id 0: a line end)."""
+
+    @staticmethod
+    def decode(ids):
+        return "".join("\n" if i == 0 else chr(ord("a") + i) for i in ids)
+
+
+class _OneHot:
+    """Embeddings far apart (no smoothing between candidates): one axis a text."""
+
+    @staticmethod
+    def embed(texts):
+        return np.eye(len(texts), dtype=np.float32)
+
+
+def test_the_prefix_experiment_mines_every_response_and_scores_its_choice():
+    """A hard problem's candidates are the distinct cuts of all G responses with their mean
+    token entropy; ExTra's choice is the lowest, and the report pairs its solve rate with
+    the mean over candidates and with fresh rollouts, problem by problem."""
+    g, t = choice.G, 12
+    tokens = np.ones((g, t), np.int64)
+    tokens[:, [4, 9]] = 0  # line ends at 4 and 9: one cut (at 4) a response, the last dropped
+    tokens[1, :4] = 2  # response 1 starts otherwise: a second distinct prefix
+    entropy = np.full((g, t), 0.5, np.float32)
+    entropy[1, :5] = 0.1  # ... with the lower mean token entropy
+    first = choice._Drawn(
+        correct=np.zeros((1, g), bool),
+        tokens=list(tokens),
+        mask=list(np.ones((g, t), bool)),
+        entropy=list(entropy),
+    )
+    cuts = choice._candidates(first, 0, _Chars(), min_gap=4, max_cuts=15)
+    assert [(c.tokens, c.response) for c in cuts] == [((1, 1, 1, 1, 0), 0), ((2, 2, 2, 2, 0), 1)]
+    assert [c.mte for c in cuts] == pytest.approx([0.5, 0.1])
+    rate = {(0, cuts[0].tokens): 0.25, (0, cuts[1].tokens): 0.75, (0, ()): 0.125}
+    text = choice._report([object()], first, [0], [cuts], rate, _OneHot(), _Chars(), tau=0.1)
+    # chosen 0.75, the mean cut 0.5, fresh 0.125: +0.25 and +0.625 on the one problem
+    assert "| **primary**: ExTra's choice minus a random cut | 1 | 0.250 [0.250, 0.250] |" in text
+    assert "| ExTra's choice minus fresh unguided rollouts | 1 | 0.625 [0.625, 0.625] |" in text
+    # the public code mines the lowest-entropy response only: response 1, the same choice
+    assert "lowest-MTE rollout mined) minus a random cut | 1 | 0.250 [0.250, 0.250] |" in text

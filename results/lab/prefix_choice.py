@@ -189,8 +189,8 @@ def _report(problems, first, hard, cases, rate, encoder, tok, tau) -> str:
         "",
         "## Outcomes (over the hard problems with at least 2 candidates)",
         "",
-        "| quantity | measured |",
-        "|---|---|",
+        "| quantity | problems | measured |",
+        "|---|---|---|",
     ]
     pairs = (
         ("solve rate from ExTra's choice (all rollouts mined, smoothed)", "chosen", None),
@@ -207,11 +207,15 @@ def _report(problems, first, hard, cases, rate, encoder, tok, tau) -> str:
     for text, a, b in pairs:
         values = [r[a] - r[b] if b else r[a] for r in with_choice
                   if r[a] is not None and (b is None or r[b] is not None)]  # fmt: skip
-        lines.append(f"| {text} | {cell(values)} |")
+        values = [v for v in values if v == v]  # a correlation: NaN where nothing varies
+        lines.append(f"| {text} | {len(values)} | {cell(values)} |")
         if (a, b) == ("chosen", "mean_cut"):
-            primary = analysis.bootstrap_interval([v for v in values if v == v])
-    verdict = analysis.verdict(primary, ">", 0.0)
-    lines += ["", f"Prediction (ExTra's choice above a random cut): **{verdict}**.", ""]
+            primary = values
+    verdict = analysis.verdict(analysis.bootstrap_interval(primary), ">", 0.0)
+    lines += ["", f"Prediction (ExTra's choice above a random cut): **{verdict}**" + (
+        f"; the smallest difference these problems detect with probability 0.8: "
+        f"{analysis.detectable(float(np.std(primary, ddof=1)), len(primary)):.4f}."
+        if len(primary) > 1 else "."), ""]  # fmt: skip
     return "\n".join(lines)
 
 
