@@ -193,6 +193,25 @@ def paired(arm: dict[int, float], baseline: dict[int, float], **kwargs):
     return (*bootstrap_interval(list(d.values()), **kwargs), len(d))
 
 
+def detectable(sd: float, n: int, power: float = 0.8, alpha: float = 0.05) -> float:
+    """The smallest true mean difference a paired comparison of `n` seeds detects with
+    probability `power` at two-sided level `alpha`, the per-seed differences having
+    standard deviation `sd` (the paired t-test's sample-size relation, e.g. Cohen 1988,
+    ch. 2: (t_{1-alpha/2, n-1} + t_{power, n-1}) sd / sqrt(n))."""
+    from scipy import stats
+
+    t = stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(power, n - 1)
+    return float(t * sd / np.sqrt(n))
+
+
+def seeds_for(effect: float, sd: float, power: float = 0.8, alpha: float = 0.05) -> int:
+    """The fewest paired seeds whose `detectable` difference is at most `effect`."""
+    n = 2
+    while detectable(sd, n, power, alpha) > effect:
+        n += 1
+    return n
+
+
 def verdict(stats, direction: str, threshold: float = 0.0) -> str:
     """A prediction that a quantity is above (">") or below ("<") `threshold`, judged by
     its interval `stats` = (mean, low, high, ...): "held" when the interval lies on the

@@ -2,6 +2,7 @@
 mean and spread over seeds by hand, figures written, the Pass@k the runs have."""
 
 import json
+import math
 import os
 
 import numpy as np
@@ -198,3 +199,17 @@ def test_a_run_archived_with_its_log_compressed_loads_as_the_run(runs, tmp_path)
     original, copy = analysis.load([runs[3], str(archived)])
     assert copy.metrics.equals(original.metrics) and copy.label == original.label == "ead"
     assert copy.last_eval()["eval/average/pass@4"] == 0.9
+
+
+def test_the_power_of_a_paired_comparison_by_hand():
+    """The smallest difference 8 paired seeds detect at 80% power (two-sided 5%), from the
+    t quantiles by hand: t(0.975, 7) = 2.364624, t(0.8, 7) = 0.896030; and the seeds a
+    difference of 0.01 needs at the same spread: 13 (12 detect 0.01048, 13 0.00999)."""
+    assert analysis.detectable(0.0118, 8) == pytest.approx(
+        (2.364624 + 0.896030) * 0.0118 / math.sqrt(8), rel=1e-5
+    )
+    assert analysis.detectable(0.0118, 12) == pytest.approx(
+        (2.200985 + 0.875530) * 0.0118 / math.sqrt(12), rel=1e-5
+    )
+    assert analysis.seeds_for(0.01, 0.0118) == 13
+    assert analysis.seeds_for(0.043, 0.0372) == 8  # study 1's ExTra at 4 numbers

@@ -160,6 +160,9 @@ def test_smoke_config_trains_with_the_code_convention_and_at_eval(tmp_path):
     assert [r["step"] for r in rows] == [1, 2, 3]
     for r in rows:
         assert 1.0 < r["rollout/temperature"] < 1.2  # k = 20: still hot at 16 tokens
+        # as drawn: the first c tokens at 1 (EAD paper, Sec. 4), the last still hot
+        assert r["rollout/temperature_first"] == pytest.approx(1.0)
+        assert 1.0 < r["rollout/temperature_last"] < 1.2
         assert r["tis/mean"] > 0 and r["tis/max"] <= 2.0
         assert r["policy/kl_mu_old"] != 0  # k1 on samples: can be either sign
         assert r["time/pi_old_s"] > 0  # mu is not pi_old under EAD

@@ -89,7 +89,7 @@ def fill_groups(kept: list, spare: list, q: int) -> tuple[list, int]:
 def rollout_metrics(ro, extractors) -> dict:
     out, mask = ro.out, np.asarray(ro.out.mask)
     lengths = mask.sum(axis=1)
-    ent = np.asarray(out.entropy)
+    ent, temperature = np.asarray(out.entropy), np.asarray(ro.plan.temperature)
     g = ro.group_size
     answers = [extract_answer(t, extractors) for t in ro.texts]
     return {
@@ -100,7 +100,11 @@ def rollout_metrics(ro, extractors) -> dict:
         "reward/accuracy": ro.correct.mean(),
         "groups/zero_adv_frac": 1.0 - rollout_lib.informative(ro).mean(),
         "rollout/entropy": ent[mask].mean(),
-        "rollout/temperature": np.asarray(ro.plan.temperature)[mask].mean(),
+        "rollout/temperature": temperature[mask].mean(),
+        # the profile's ends as drawn (EAD's is a schedule over positions): each response's
+        # first token and its last
+        "rollout/temperature_first": temperature[:, 0].mean(),
+        "rollout/temperature_last": temperature[np.arange(len(lengths)), lengths - 1].mean(),
         "rollout/response_len": lengths.mean(),
         "rollout/truncated_frac": 1.0 - np.asarray(out.finished).mean(),
         "rollout/verifier_timeouts": ro.timeouts,
