@@ -35,6 +35,9 @@ FINAL_SAMPLES = 64
 FIGURES = "results/lab/figures"
 KEPT = "results/lab/runs"
 FOUR = {"task.name": "countdown", "task.countdown.inputs": 4}  # drawn in code, not data/
+# study 1's ExTra-R mined only a hard group's lowest-entropy rollout (then the only rule;
+# the default since is the paper's every rollout): its arms keep the rule they ran with
+LOWEST = {"exploration.extra.mine": "lowest"}
 
 # arm -> (config, overrides): the arms of docs/lab.md, each the lab's GRPO setting with one
 # thing changed (the same base model, rollout budget and evaluation)
@@ -53,10 +56,10 @@ ARMS = {
     # model: the recipe takes the run's task), as docs/lab.md's rule says when the pilot
     # (`--pilot extra`) finds less than one guided group a step
     "grpo4": ("configs/grpo.py:lab", FOUR),
-    "extra_n4": ("configs/extra.py:novelty,lab", FOUR),
-    "extra_r4": ("configs/extra.py:regen,lab", FOUR),
-    "extra4": ("configs/extra.py:lab", FOUR),
-    "extra_r": ("configs/extra.py:regen,lab", {}),  # the pilot's only
+    "extra_n4": ("configs/extra.py:novelty,lab", {**FOUR, **LOWEST}),
+    "extra_r4": ("configs/extra.py:regen,lab", {**FOUR, **LOWEST}),
+    "extra4": ("configs/extra.py:lab", {**FOUR, **LOWEST}),
+    "extra_r": ("configs/extra.py:regen,lab", LOWEST),  # the pilot's only
     # a follow-up, written in docs/lab.md before it ran: EDEN with EAD's TIS cap and nothing
     # else changed, whether EDEN's collapse is its noisy rows entering the update uncorrected
     "eden_tis": ("configs/eden.py:lab", {"rl.tis_cap": 2.0}),
