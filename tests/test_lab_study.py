@@ -201,7 +201,7 @@ def test_the_numbers_docs_quote_are_the_reports():
 
 # Settings added to the methods after study 1 ran, with the behaviour study 1 ran with: its
 # arms must name these (their kept config.json files predate the settings)
-STUDY1_RULES = {"exploration.extra.mine": "lowest"}
+STUDY1_RULES = {"exploration.extra.mine": "lowest", "exploration.eden.allow_unviable": True}
 
 
 def test_study_1s_arms_are_the_runs_it_kept(monkeypatch):
