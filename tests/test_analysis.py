@@ -161,6 +161,32 @@ def test_a_prediction_is_judged_by_where_its_interval_lies(stats, direction, thr
     assert analysis.verdict(stats, direction, threshold) == expected
 
 
+def test_the_smallest_detectable_effect_and_the_seeds_an_effect_needs_by_hand():
+    # t quantiles from a table: t_{0.975, 7} = 2.364624, t_{0.8, 7} = 0.896030
+    assert analysis.detectable(0.0118, 8) == pytest.approx(
+        (2.364624 + 0.896030) * 0.0118 / 8**0.5, rel=1e-5
+    )  # 0.0136
+    # 12 seeds detect (2.200985 + 0.875539) x 0.0118 / sqrt(12) = 0.01048 > 0.01;
+    # 13 detect (2.178813 + 0.872609) x 0.0118 / sqrt(13) = 0.00999
+    assert analysis.seeds_for(0.01, 0.0118) == 13
+    assert analysis.seeds_for(0.0137, 0.0118) == 8 and analysis.seeds_for(0.0136, 0.0118) == 9
+    assert analysis.seeds_for(0.01, 0.0) == 2
+    with pytest.raises(ValueError, match="n >= 2 paired seeds"):
+        analysis.detectable(0.0118, 1)
+    with pytest.raises(ValueError, match="need effect > 0"):
+        analysis.seeds_for(0.0, 0.0118)
+
+
+def test_a_paired_t_test_detects_the_detectable_effect_four_times_in_five():
+    # 20,000 studies of 8 paired seeds whose differences are N(effect, 0.0118): the
+    # two-sided t-test at 0.05 rejects at the planned power (the formula's effect is 0.3%
+    # below the exact one: 0.797)
+    effect = analysis.detectable(0.0118, 8)
+    d = np.random.default_rng(0).normal(effect, 0.0118, (20_000, 8))
+    t = d.mean(1) / (d.std(1, ddof=1) / 8**0.5)
+    assert np.mean(np.abs(t) > 2.364624) == pytest.approx(0.8, abs=0.01)
+
+
 def test_a_final_evaluation_in_the_run_folder_is_its_held_out_result(runs):
     """`--mode eval` written into a run's folder (eval.json) replaces the last evaluation
     during training: the summary and Pass@k read it."""
