@@ -13,7 +13,10 @@ against k, each method's own panel, and a markdown summary (mean +- spread over 
 A run's held-out result is its final evaluation: a `--mode eval` written into its own
 folder (eval.json, e.g. more samples than during training), else its last evaluation during
 training. Intervals (`bootstrap_interval`, `paired`) are percentile bootstraps over seeds;
-against a baseline they resample paired differences (the same seed of both).
+against a baseline they resample paired differences (the same seed of both). Planning a
+comparison: `detectable(sd, n)` is the smallest effect n paired seeds detect at 80% power
+(paired t-test, level 0.05) when the paired differences have standard deviation sd, and
+`seeds_for(effect, sd)` the seeds an effect needs.
 
 Runs are grouped by their resolved `config.json`, not their folder names: a run's label is
 its exploration methods ("grpo" when none) followed by every config field that differs
