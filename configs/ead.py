@@ -25,16 +25,18 @@ def get_config(arg: str | None = None):
     c = grpo.get_config(arg)
     c.exploration.methods = ("ead",)
     c.exploration.ead = EAD.defaults()  # tau_max 1.2, tau_min 0.1, d0 25, c 10, k = 1
-    c.rl.tis_cap = 2.0  # EAD paper, App. B: w = min(2, pi_old / mu)
+    # EAD paper, App. B.2: TIS with a cap it does not state; ours: per token, cap 2, the TIS it
+    # cites (Yao et al. 2025) as verl applies it (the EAD module docstring says why)
+    c.rl.tis_cap = 2.0
     # rl.score_temperature "rollout" = the base temperature 1.0: pi_old and pi_theta at
-    # tau = 1 and TIS against the annealed mu, as EAD paper, App. B
+    # tau = 1 and TIS against the annealed mu, as EAD paper, App. B.2
     if arg == "lab":  # the paper's schedule rescaled to 32-token answers and 300 steps:
         # k d_s at lab step s = (32 / 3072) (25 + 5 * 2000 s / 300), c = 10 * 32 / 3072 < 1
         # (docs/lab.md): the hot prefix grows to 59% of the bucket by the end, as the paper's
         c.exploration.ead.update(k=0.0694, d0=3.75, c=1)
     if arg == "paper":  # EAD paper, Sec. 5.1 and App. A (Table 1, the Minimal-RL recipe)
         c.rollout.prompts = 1024  # Table 1: training batch size 1024
-        c.rollout.group_size = 8  # Sec. 5.3: n = 8 ("the commonly used 4 or 8")
+        c.rollout.group_size = 8  # Sec. 5.2: n = 8 (Fig. 7: "the commonly used 4 or 8")
         c.rollout.max_prompt_len = 1024  # Table 1: max prompt length 1024
         c.rollout.max_new_tokens = 3072  # Table 1: max response length 3072
         c.rollout.dynamic_sampling = False  # Sec. 5.1: disabled for all methods

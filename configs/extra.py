@@ -46,6 +46,9 @@ def get_config(arg: str | None = None):
         c.rollout.max_prompt_len = 2000  # App. B: max prompt length 2,000 tokens
         c.rollout.max_new_tokens = 4096  # App. B: max response 4,096 tokens in training
         c.rl.kl_coef, c.rl.entropy_coef = 0.0, 0.0  # App. B: beta 0, entropy coefficient 0
+        # App. B.1 (and E.1): GRPO's objective with one clip range epsilon, not DAPO's
+        # clip-higher that configs/grpo.py:paper takes from EDEN; its value is not stated
+        c.rl.eps_low = c.rl.eps_high = 0.2  # (ours: PPO's 0.2)
         c.optim.lr = 3e-6  # App. B: learning rate 3e-6
         base.paper_memory(c)  # memory only: 8 x 80 GB (remat, token budget, slots)
         c.train.steps = 250  # App. B: 250 training steps

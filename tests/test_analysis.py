@@ -2,7 +2,6 @@
 mean and spread over seeds by hand, figures written, the Pass@k the runs have."""
 
 import json
-import math
 import os
 
 import numpy as np
@@ -162,6 +161,32 @@ def test_a_prediction_is_judged_by_where_its_interval_lies(stats, direction, thr
     assert analysis.verdict(stats, direction, threshold) == expected
 
 
+def test_the_smallest_detectable_effect_and_the_seeds_an_effect_needs_by_hand():
+    # t quantiles from a table: t_{0.975, 7} = 2.364624, t_{0.8, 7} = 0.896030
+    assert analysis.detectable(0.0118, 8) == pytest.approx(
+        (2.364624 + 0.896030) * 0.0118 / 8**0.5, rel=1e-5
+    )  # 0.0136
+    # 12 seeds detect (2.200985 + 0.875539) x 0.0118 / sqrt(12) = 0.01048 > 0.01;
+    # 13 detect (2.178813 + 0.872609) x 0.0118 / sqrt(13) = 0.00999
+    assert analysis.seeds_for(0.01, 0.0118) == 13
+    assert analysis.seeds_for(0.0137, 0.0118) == 8 and analysis.seeds_for(0.0136, 0.0118) == 9
+    assert analysis.seeds_for(0.01, 0.0) == 2
+    with pytest.raises(ValueError, match="n >= 2 paired seeds"):
+        analysis.detectable(0.0118, 1)
+    with pytest.raises(ValueError, match="need effect > 0"):
+        analysis.seeds_for(0.0, 0.0118)
+
+
+def test_a_paired_t_test_detects_the_detectable_effect_four_times_in_five():
+    # 20,000 studies of 8 paired seeds whose differences are N(effect, 0.0118): the
+    # two-sided t-test at 0.05 rejects at the planned power (the formula's effect is 0.3%
+    # below the exact one: 0.797)
+    effect = analysis.detectable(0.0118, 8)
+    d = np.random.default_rng(0).normal(effect, 0.0118, (20_000, 8))
+    t = d.mean(1) / (d.std(1, ddof=1) / 8**0.5)
+    assert np.mean(np.abs(t) > 2.364624) == pytest.approx(0.8, abs=0.01)
+
+
 def test_a_final_evaluation_in_the_run_folder_is_its_held_out_result(runs):
     """`--mode eval` written into a run's folder (eval.json) replaces the last evaluation
     during training: the summary and Pass@k read it."""
@@ -199,17 +224,3 @@ def test_a_run_archived_with_its_log_compressed_loads_as_the_run(runs, tmp_path)
     original, copy = analysis.load([runs[3], str(archived)])
     assert copy.metrics.equals(original.metrics) and copy.label == original.label == "ead"
     assert copy.last_eval()["eval/average/pass@4"] == 0.9
-
-
-def test_the_power_of_a_paired_comparison_by_hand():
-    """The smallest difference 8 paired seeds detect at 80% power (two-sided 5%), from the
-    t quantiles by hand: t(0.975, 7) = 2.364624, t(0.8, 7) = 0.896030; and the seeds a
-    difference of 0.01 needs at the same spread: 13 (12 detect 0.01048, 13 0.00999)."""
-    assert analysis.detectable(0.0118, 8) == pytest.approx(
-        (2.364624 + 0.896030) * 0.0118 / math.sqrt(8), rel=1e-5
-    )
-    assert analysis.detectable(0.0118, 12) == pytest.approx(
-        (2.200985 + 0.875530) * 0.0118 / math.sqrt(12), rel=1e-5
-    )
-    assert analysis.seeds_for(0.01, 0.0118) == 13
-    assert analysis.seeds_for(0.043, 0.0372) == 8  # study 1's ExTra at 4 numbers

@@ -158,7 +158,7 @@ def test_filter_keeps_the_top_fraction_and_scales_only_kept_rows():
     assert s.metrics["clean_entropy"] == (120 - (3 + 7 + 11 + 15)) / 12  # rows 0-15 but noisy
 
 
-def test_screen_keeps_viable_candidates_in_drawn_order(monkeypatch, caplog):
+def test_screen_keeps_viable_candidates_in_drawn_order_and_refuses_too_few(monkeypatch, caplog):
     scores = {None: 0.5, 11: 0.45, 12: 0.1, 13: 0.6, 14: 0.39, 15: 0.41}
 
     def probe(ctx, problems, routes, n, rng):
@@ -169,10 +169,16 @@ def test_screen_keeps_viable_candidates_in_drawn_order(monkeypatch, caplog):
     ctx = base.StepContext(None, None, _Tok(), None, 0, train_set=[None] * 8)
     ids, report = eden.screen(ctx, [12, 11, 14, 13, 15], e)
     assert ids == [11, 13] and report["clean_accuracy"] == 0.5
-    e = dataclasses.replace(
-        e, bank_size=4
-    )  # only 11, 13, 15 viable: topped up with the most accurate other
-    ids, _ = eden.screen(ctx, [12, 11, 14, 13, 15], e)
+    # only 11, 13 and 15 viable for a bank of 4: refused, naming the count and the remedies
+    e = dataclasses.replace(e, bank_size=4)
+    with pytest.raises(ValueError) as refused:
+        eden.screen(ctx, [12, 11, 14, 13, 15], e)
+    message = str(refused.value)
+    assert message.startswith("EDEN: 3 of 5 candidates viable (accuracy >= clean 0.500")
+    assert "the bank needs K = 4" in message and "allow_unviable=True" in message
+    assert "\n" not in message
+    # allowed: topped up with the most accurate other, with a warning
+    ids, _ = eden.screen(ctx, [12, 11, 14, 13, 15], dataclasses.replace(e, allow_unviable=True))
     assert ids == [11, 13, 15, 14] and "3 of 5 candidates viable" in caplog.text
 
 

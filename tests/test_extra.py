@@ -132,33 +132,50 @@ def test_prefixes_that_embed_alike_go_to_the_lowest_entropy_not_the_oldest():
     assert extra.lowest(np.array([0.3, 0.1, 0.1]), np.array([0.0, 0.5, 0.4])) == 2
 
 
-def test_regeneration_pushes_the_lowest_entropy_prefix_of_a_hard_group():
-    class Tok:
-        def decode(self, ids):
-            return "".join("\n" if i == 9 else f"<{i}>" for i in ids)
+class LineTok:
+    """Token 9 is a line break; any other id is its own text."""
 
+    def decode(self, ids):
+        return "".join("\n" if i == 9 else f"<{i}>" for i in ids)
+
+
+def hard_group(tokens, entropy, max_prompt_len=64):
+    """(rollouts, step context) of one all-wrong group of a 10-token prompt, as
+    `ExTra.regenerate` reads them."""
     from types import SimpleNamespace
 
     from explore_rl.data.tasks import Problem
 
+    ro = SimpleNamespace(
+        problems=[Problem("q", "5", messages=(("user", "q"),), columns={"source": "toy"})],
+        group_size=len(tokens),
+        correct=np.zeros((1, len(tokens)), bool),
+        out=SimpleNamespace(tokens=tokens, mask=np.ones(tokens.shape, bool), entropy=entropy),
+        prompt_mask=np.ones((1, 10), bool),
+    )
+    rollout = SimpleNamespace(max_prompt_len=max_prompt_len)
+    return ro, SimpleNamespace(tok=LineTok(), step=5, spec=SimpleNamespace(rollout=rollout))
+
+
+def regenerator(**settings):
     c = extra_config.get_config("smoke")
-    c.exploration.extra.update(min_gap=2, features="ngram")
+    c.exploration.extra.update(features="ngram", **settings)
     (ex,) = base.build(config_lib.spec(c))
+    return ex
+
+
+def test_regeneration_pushes_the_lowest_entropy_prefix_of_the_lowest_entropy_rollout():
+    from types import SimpleNamespace
+
+    from explore_rl.data.tasks import Problem
+
+    ex = regenerator(min_gap=2, mine="lowest")
     # row 1 has the lower mean token entropy; its line breaks (token 9) at 1, 4, 7 and 10,
     # each >= 2 after the last kept, the last (10) dropped: cuts 1, 4 and 7, whose prefixes'
     # MTEs are 0.2, 0.2 and (5 x 0.2) / 8 = 0.125: the lowest is the longest
     tokens = np.array([[1, 9, 2, 3, 9, 4, 5, 9, 1, 2, 9, 3], [6, 9, 7, 8, 9, 1, 2, 9, 3, 4, 9, 5]])
     entropy = np.array([[1.0] * 12, [0.2] * 5 + [0.0] * 3 + [0.9] * 4])
-    ro = SimpleNamespace(
-        problems=[Problem("q", "5", messages=(("user", "q"),), columns={"source": "toy"})],
-        group_size=2,
-        correct=np.array([[False, False]]),
-        out=SimpleNamespace(tokens=tokens, mask=np.ones((2, 12), bool), entropy=entropy),
-        prompt_mask=np.ones((1, 10), bool),  # a 10-token prompt
-    )
-    ctx = SimpleNamespace(
-        tok=Tok(), step=5, spec=SimpleNamespace(rollout=SimpleNamespace(max_prompt_len=64))
-    )
+    ro, ctx = hard_group(tokens, entropy)
     fresh, prefixes, metrics = ex.regenerate({}, ro, np.zeros(2, bool), ctx)
     assert metrics["hard"] == 1 and metrics["pushed"] == 1
     # the whole problem, with the chosen prefix (its chat and row too: rewards read them),
@@ -173,11 +190,35 @@ def test_regeneration_pushes_the_lowest_entropy_prefix_of_a_hard_group():
     assert [p["mte"] for p in remembered] == pytest.approx([0.2, 0.2, 0.125])
     solved = SimpleNamespace(**{**vars(ro), "correct": np.array([[True, True]])})
     assert ex.regenerate({}, solved, np.zeros(2, bool), ctx)[0] == []
-    tight = SimpleNamespace(
-        **{**vars(ctx), "spec": SimpleNamespace(rollout=SimpleNamespace(max_prompt_len=12))}
-    )
+    _, tight = hard_group(tokens, entropy, max_prompt_len=12)
     fresh, _, _ = ex.regenerate({}, ro, np.zeros(2, bool), tight)  # 10 + 5 > 12: cut 1 only
     assert fresh[0]["prefix"] == [6, 9]
+
+
+def test_mining_every_rollout_finds_a_prefix_the_lowest_entropy_rollout_lacks():
+    # row 1's mean token entropy (0.5) is below row 0's ((5 x 0.1 + 11) / 16 = 0.72), but
+    # row 0 opens calm: its first prefix (cut at 4) has MTE 0.1, row 1's prefixes 0.5.
+    # Line breaks at 4, 9, 14, the last dropped: cuts 4 and 9 in each row. tau 0.001 keeps
+    # the smoothing from mixing prefixes (their 4-gram cosines are < 0.6): h~ = h.
+    tokens = np.array(
+        [[1, 2, 3, 4, 9, 5, 6, 7, 8, 9, 1, 3, 5, 7, 9, 2],
+         [11, 12, 13, 14, 9, 15, 16, 17, 18, 9, 11, 13, 15, 17, 9, 12]]
+    )  # fmt: skip
+    entropy = np.array([[0.1] * 5 + [1.0] * 11, [0.5] * 16])
+    ro, ctx = hard_group(tokens, entropy)
+    picked = {}
+    for mine in ("all", "lowest"):
+        ex = regenerator(min_gap=2, tau=0.001, mine=mine)
+        fresh, prefixes, metrics = ex.regenerate({}, ro, np.zeros(2, bool), ctx)
+        picked[mine] = (fresh[0]["prefix"], metrics["mte_chosen"], prefixes)
+    prefix, mte, memory = picked["all"]
+    assert prefix == [1, 2, 3, 4, 9] and mte == pytest.approx(0.1)
+    (entries,) = memory.values()  # both rows' cuts: (5 x 0.1 + 5 x 1.0) / 10 = 0.55
+    assert [len(e["tokens"]) for e in entries] == [5, 10, 5, 10]
+    assert [e["mte"] for e in entries] == pytest.approx([0.1, 0.55, 0.5, 0.5])
+    prefix, mte, memory = picked["lowest"]
+    assert prefix[0] == 11 and mte == pytest.approx(0.5)  # row 1's: 0.1 was never seen
+    assert [len(e["tokens"]) for e in next(iter(memory.values()))] == [5, 10]
 
 
 def test_the_step_consumes_exactly_the_queue_entries_its_plan_took():
@@ -395,6 +436,7 @@ def test_config_errors_name_the_field():
         ("features", "bleu", "features='bleu'"),
         ("tau", 0.0, "tau=0.0: must be > 0"),
         ("guided_frac", 2.0, "guided_frac=2.0"),
+        ("mine", "best", r"mine='best': allowed \('all', 'lowest'\)"),
     ]:
         with pytest.raises(ValueError, match=f"config: exploration.extra.{message}"):
             resolve(**{field: value})

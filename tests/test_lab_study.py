@@ -285,3 +285,39 @@ def test_the_prefix_experiment_mines_every_response_and_scores_its_choice():
     assert "| ExTra's choice minus fresh unguided rollouts | 1 | 0.625 [0.625, 0.625] |" in text
     # the public code mines the lowest-entropy response only: response 1, the same choice
     assert "lowest-MTE rollout mined) minus a random cut | 1 | 0.250 [0.250, 0.250] |" in text
+
+
+# Settings added to the methods after study 1 ran, with the behaviour study 1 ran with: its
+# arms must name these (their kept config.json files predate the settings)
+STUDY1_RULES = {"exploration.extra.mine": "lowest", "exploration.eden.allow_unviable": True}
+
+
+def test_study_1s_arms_are_the_runs_it_kept(monkeypatch):
+    """Every arm of study 1 resolves to the config its kept seed-0 run recorded (each setting
+    a resume compares), and names the study's rule for each setting added since, so a rerun
+    of study 1 runs what it ran."""
+    from explore_rl.logs import flatten
+    from explore_rl.train import base_model, build
+
+    # the base model's folder without training it (the kept runs name their machine's)
+    monkeypatch.setattr(base_model, "resolve", lambda c: c.copy_and_resolve_references())
+    for arm in study.ARMS:
+        c = study.arm_config(arm, 0)
+        now = flatten(json.loads(json.dumps(c.to_dict(), default=list)))
+        for key, rule in STUDY1_RULES.items():
+            if key.rsplit(".", 1)[0] in {f"exploration.{m}" for m in c.exploration.methods}:
+                assert now[key] == rule, (arm, key)
+        kept = os.path.join(ROOT, study.KEPT, f"{arm}-s0", "config.json")
+        if not os.path.exists(kept):  # a pilot's arm: not kept
+            continue
+        with open(kept) as f:
+            before = flatten(json.load(f))
+        compared = [
+            k
+            for k in before.keys() & now.keys()
+            if k.startswith(build._SAME_RUN)
+            and k not in build._SCHEDULING
+            and k not in ("model.path", "model.random_init")
+        ]
+        assert len(compared) > 50
+        assert {k: now[k] for k in compared} == {k: before[k] for k in compared}, arm

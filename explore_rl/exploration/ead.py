@@ -20,10 +20,17 @@ explorers' per-row factors (EDEN's warm-up).
 The sampler records mu, the log-prob of each sampled token under the annealed (and top-p /
 top-k truncated) distribution it really drew from; pi_old is the clean policy at
 temperature 1, so the trainer recomputes it, and the update weighs each token by the
-truncated importance weight w = min(c_IS, pi_old / mu), c_IS = 2 (`rl.tis_cap`, set by
-configs/ead.py). With `at_eval` the same schedule is used when evaluating (the paper's
-test-time Maj@N); leave `eval.temperature` at 1.0 for the paper's setting, since the table
-multiplies it.
+truncated importance weight w_t = min(c_IS, pi_old(y_t) / mu(y_t)), c_IS = 2 (`rl.tis_cap`,
+set by configs/ead.py). Per token with cap 2 is our convention: the paper's App. B.2 writes
+one sequence-level ratio, min(pi_old(y | x) / pi_EAD(y | x), epsilon), and states no cap. A
+sequence ratio is the product of the response's per-token ratios; App. B.1 shows each
+token's variance factor is smallest at tau = 1 and grows away from it, and over hundreds or
+thousands of annealed tokens the product is far from 1 for nearly every response, so
+truncated it either silences the response or is the cap. Per-token weights capped at 2 are
+the TIS the paper cites (Yao et al. 2025, as verl applies it) and ASE's (ASE paper, Eq. 9);
+`rl.tis_level = "row_mean"` gives every token of a row the row's mean weight instead. With
+`at_eval` the same schedule is used when evaluating (the paper's test-time Maj@N); leave
+`eval.temperature` at 1.0 for the paper's setting, since the table multiplies it.
 
     python -m explore_rl.main --config configs/ead.py:demo --workdir runs/ead
 """
@@ -48,7 +55,7 @@ class EAD(Explorer):
         tau_max: float = 1.2  # temperature at t = 0 of the annealed part (1 + tau_max - e^0)
         tau_min: float = 0.1  # floor: 0.1 for 1B/1.5B models, 0.8 for 7B (EAD paper)
         d0: float = 25.0  # initial decay scale d_0; d_s = min(d0 + 5 s, 40000)
-        c: int = 10  # tokens t < c are drawn at temperature 1 (t = 1, ..., c - 1: the paper's)
+        c: int = 10  # tokens t < c at temperature 1; 10: EAD paper, Fig. 3's illustration
         first_token: int = 1  # t of the first response token: 1 (the paper) | 0 (zero-based)
         convention: str = "paper"  # paper: k = 1 | code: k = 20 (the authors' public code)
         k: float = 0.0  # explicit k; 0 = from `convention`
@@ -75,7 +82,10 @@ class EAD(Explorer):
             )
         if not spec.loss.tis_cap:
             # a warning, not an error: EAD without TIS is one of the paper's own ablations
-            warnings.warn("EAD without TIS (rl.tis_cap=0): the paper uses c_IS = 2", stacklevel=2)
+            warnings.warn(
+                "EAD without TIS (rl.tis_cap=0): the paper corrects with TIS (ours: c_IS = 2)",
+                stacklevel=2,
+            )
 
     def table(self, length: int, step: int):
         """The schedule of the rollouts drawn at (0-based) step index `step`."""

@@ -22,8 +22,9 @@ The bank (our viability screen; the paper says only "screened for viability"):
   3. probe: on the first `probe_prompts` training problems, `probe_samples` rollouts per
      candidate with the noise-free anchor appended, at temperature 1; a candidate is viable
      when its accuracy is at least the clean accuracy on the same problems minus
-     `tolerance`; the bank is the first K viable candidates in the drawn order (topped up
-     with the most accurate others, with a warning, if fewer are viable).
+     `tolerance`; the bank is the first K viable candidates in the drawn order. Fewer than
+     K viable is refused (the noisy rows would carry an anchor that breaks the answer),
+     unless `allow_unviable` tops the bank up with the most accurate others, with a warning.
 `bank_tokens` skips the screen with the user's own comma-separated words. The bank (ids
 and embedding vectors, taken once from the initial policy) is part of the checkpointed
 state, and written to `eden_bank.json` in the run directory with the screen's numbers.
@@ -90,6 +91,8 @@ class EDEN(Explorer):
         probe_prompts: int = 8  # training problems in the screen's probe set
         probe_samples: int = 4  # rollouts per candidate and problem
         tolerance: float = 0.1  # viable: accuracy >= clean accuracy - tolerance
+        # fewer than K viable: top the bank up with the most accurate others (ours), or refuse
+        allow_unviable: bool = False
 
     @staticmethod
     def check(e: Spec, spec: RunSpec) -> None:
@@ -241,11 +244,18 @@ def screen(ctx: StepContext, candidates: list[int], e: EDEN.Spec) -> tuple[list[
     viable = [i for i in candidates if scores[i] >= clean - e.tolerance]
     ids = viable[: e.bank_size]
     if len(ids) < e.bank_size:
-        logging.warning(
-            "EDEN: %d of %d candidates viable; the bank takes the most accurate others",
-            len(viable),
-            len(candidates),
+        found = (
+            f"EDEN: {len(viable)} of {len(candidates)} candidates viable (accuracy >= clean "
+            f"{clean:.3f} - tolerance {e.tolerance}; the best {max(scores.values()):.3f})"
         )
+        if not e.allow_unviable:
+            raise ValueError(
+                f"{found}, the bank needs K = {e.bank_size}: screen more "
+                "(exploration.eden.candidates), widen exploration.eden.tolerance, name "
+                "exploration.eden.bank_tokens, or set exploration.eden.allow_unviable=True "
+                "to take the most accurate others"
+            )
+        logging.warning("%s; the bank takes the most accurate others", found)
         rest = sorted((i for i in candidates if i not in ids), key=lambda i: -scores[i])
         ids += rest[: e.bank_size - len(ids)]
     report = {

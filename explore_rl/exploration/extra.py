@@ -18,27 +18,28 @@ cosine); policy surprise is not implemented.
 
 Prefix regeneration (ExTra-R, from step `warmup` on). A problem is hard when its pass rate
 is <= 1/G (`hard = "pass_rate"`, the public code) or when every rollout failed
-(`"all_incorrect"`, the paper's App. B.5). From a hard group's rollout with the lowest mean
-token entropy (any of its rollouts, as the spec says: under `pass_rate` it can be the one
-correct response; entropies of the sampling policy at temperature 1, from the sampler), the
-cut points are the tokens that end a line; walking from the start, a cut is kept when it is
-at least `min_gap` tokens after the last kept one (or the response start: ours, the paper
-says "merge cuts less than 32 tokens apart"); the last kept cut is dropped (its prefix is
-almost the whole response); at most `max_cuts` evenly spaced ones remain. A cut's
-score is the mean token entropy (MTE) of the response up to and including it. Each cut's
-prefix joins the problem's prefix memory (at most `max_prefixes`, the oldest leave first)
-with its embedding; the scores are smoothed over that memory, h~ = softmax(E E^T / tau) h
-(tau = 0.1, the paper's App. B), and the prefix with the lowest h~
-is chosen (cuts whose guided prompt would pass `rollout.max_prompt_len` are dropped; MiniLM
-reads a text's first 256 word pieces, so prefixes longer than that embed alike, and a tie
-goes to the lowest own MTE, not to the oldest entry). The
-guided prompt (the problem with the chosen prefix in the assistant turn) is pushed to a
-FIFO queue (at most `queue`, the oldest dropped) and replaces the tail of a later batch as
-its own group: at most `guided_frac` of the batch's groups (ours). A guided
-group is rewarded on prefix + response against its *own* problem's answer (the public
-code scores it against the answer of the problem it displaced: not copied), and the
-update scores the response tokens only (the prefix is prompt). Guided groups are not
-themselves mined for prefixes. `clamp_guided` floors guided rows' advantages at 0.
+(`"all_incorrect"`, the paper's App. B.5). Every rollout of a hard group is cut into
+prefixes (`mine = "all"`: the paper's Fig. 1, "all rollout prefixes are scored"), or only
+the one with the lowest mean token entropy (`"lowest"`: the public code; under `pass_rate`
+it can be the one correct response). Entropies are the sampling policy's at temperature 1,
+from the sampler. In a response, the cut points are the tokens that end a line; walking
+from the start, a cut is kept when it is at least `min_gap` tokens after the last kept one
+(or the response start: ours, the paper says "merge cuts less than 32 tokens apart"); the
+last kept cut is dropped (its prefix is almost the whole response); at most `max_cuts`
+evenly spaced ones remain. A cut's score is the mean token entropy (MTE) of the response up
+to and including it. Each cut's prefix joins the problem's prefix memory (at most
+`max_prefixes`, the oldest leave first) with its embedding; the scores are smoothed over
+that memory, h~ = softmax(E E^T / tau) h (tau = 0.1, the paper's App. B), and the prefix
+with the lowest h~ is chosen (cuts whose guided prompt would pass `rollout.max_prompt_len`
+are dropped; MiniLM reads a text's first 256 word pieces, so prefixes longer than that
+embed alike, and a tie goes to the lowest own MTE, not to the oldest entry). The guided
+prompt (the problem with the chosen prefix in the assistant turn) is pushed to a FIFO queue
+(at most `queue`, the oldest dropped) and replaces the tail of a later batch as its own
+group: at most `guided_frac` of the batch's groups (ours). A guided group is rewarded on
+prefix + response against its *own* problem's answer (the public code scores it against the
+answer of the problem it displaced: not copied), and the update scores the response tokens
+only (the prefix is prompt). Guided groups are not themselves mined for prefixes.
+`clamp_guided` floors guided rows' advantages at 0.
 
 Memories and the queue are host state (`hoststate.HostState`), saved with each checkpoint;
 embeddings are stored as float16. A guided prompt is used once: the step removes the
@@ -74,6 +75,11 @@ from explore_rl.sampling.shapes import bucket
 from explore_rl.spec import RunSpec
 
 FEATURES = ("minilm", "ngram", "hidden")
+# which rollouts of a hard group are cut into prefixes, from their mean token entropies
+MINES = {
+    "all": lambda mte: np.arange(len(mte)),  # every rollout's prefixes (ExTra paper, Fig. 1)
+    "lowest": lambda mte: np.array([int(np.argmin(mte))]),  # the lowest-MTE one (public code)
+}
 NGRAM_DIM = 4096  # hashed 4-gram buckets
 
 
@@ -98,6 +104,7 @@ class ExTra(Explorer):
         last_tokens: int = 0  # embed only a response's last N tokens (the code: 512); 0 = all
         warmup: int = 30  # T_warm: steps before regeneration starts; ExTra paper, App. B.5: 30
         hard: str = "pass_rate"  # pass_rate (<= 1/G, the code) | all_incorrect (the paper)
+        mine: str = "all"  # rollouts cut into prefixes: all (the paper) | lowest (the code); MINES
         min_gap: int = 32  # tokens between kept cut points
         max_cuts: int = 15  # cut points kept per response, evenly spaced
         max_prefixes: int = 128  # prefixes remembered per problem; ExTra paper, App. B.5: 128
@@ -112,6 +119,7 @@ class ExTra(Explorer):
         _require(e.novelty_at in ("after", "before"), f"novelty_at={e.novelty_at!r}")
         _require(e.features in FEATURES, f"features={e.features!r}: allowed {FEATURES}")
         _require(e.hard in ("pass_rate", "all_incorrect"), f"hard={e.hard!r}")
+        _require(e.mine in MINES, f"mine={e.mine!r}: allowed {tuple(MINES)}")
         _require(e.memory >= 0 and e.gamma >= 0, "memory and gamma must be >= 0")
         _require(e.tau > 0, f"tau={e.tau}: must be > 0")
         _require(e.min_gap >= 1 and e.max_cuts >= 1, "min_gap and max_cuts must be >= 1")
@@ -279,19 +287,19 @@ class ExTra(Explorer):
                 continue
             hard += 1
             mte = [entropy[r][mask[r]].mean() if mask[r].any() else np.inf for r in rows]
-            r = rows[int(np.argmin(mte))]
-            resp, ent = tokens[r][mask[r]], entropy[r][mask[r]]
-            cuts = select_cuts(np.flatnonzero(self.ends_line(ctx.tok, resp)), e.min_gap, e.max_cuts)
             room = ctx.spec.rollout.max_prompt_len - int(np.sum(rollouts.prompt_mask[i]))
-            cuts = cuts[cuts + 1 <= room]  # a guided prompt must fit rollout.max_prompt_len
-            if not len(cuts):
+            cuts = [
+                p
+                for r in rows[MINES[e.mine](np.asarray(mte))]
+                for p in self.cut(tokens[r][mask[r]], entropy[r][mask[r]], room, ctx.tok)
+            ]
+            if not cuts:
                 continue
-            scores = [float(ent[: c + 1].mean()) for c in cuts]
-            texts = [ctx.tok.decode(list(resp[: c + 1])) for c in cuts]
-            z = self.prefix_features(texts, [resp[: c + 1] for c in cuts])
+            scores = [s for _, s in cuts]
+            texts = [ctx.tok.decode(list(p)) for p, _ in cuts]
+            z = self.prefix_features(texts, [p for p, _ in cuts])
             entries = prefixes.get(problem.id, []) + [
-                {"tokens": resp[: c + 1].tolist(), "mte": s, "z": pack(v)}
-                for c, s, v in zip(cuts, scores, z)
+                {"tokens": p.tolist(), "mte": s, "z": pack(v)} for (p, s), v in zip(cuts, z)
             ]
             entries = entries[-e.max_prefixes :]
             prefixes[problem.id] = entries
@@ -302,13 +310,21 @@ class ExTra(Explorer):
             )
             best = entries[lowest(smoothed, np.asarray([x["mte"] for x in entries]))]
             chosen.append(best["mte"])
-            random_mte.append(scores[int(rng.integers(len(scores)))])
+            random_mte.append(scores[int(rng.integers(len(scores)))])  # a cut mined this step
             # the whole problem (its chat and dataset row too: the reward reads them)
             fresh.append({**problem.to_json(), "prefix": best["tokens"]})
         metrics = {"hard": hard, "pushed": len(fresh)}
         if chosen:
             metrics.update(mte_chosen=float(np.mean(chosen)), mte_random=float(np.mean(random_mte)))
         return fresh, prefixes, metrics
+
+    def cut(self, resp: np.ndarray, ent: np.ndarray, room: int, tok) -> list[tuple]:
+        """(prefix, its MTE) at each cut of one response (`select_cuts`) whose guided prompt
+        fits in `room` tokens; MTE = the mean token entropy up to and including the cut."""
+        cuts = select_cuts(
+            np.flatnonzero(self.ends_line(tok, resp)), self.settings.min_gap, self.settings.max_cuts
+        )
+        return [(resp[: c + 1], float(ent[: c + 1].mean())) for c in cuts if c + 1 <= room]
 
     def prefix_features(self, texts: list[str], tokens: list[np.ndarray]) -> np.ndarray:
         """Prefix embeddings for the smoothing: 4-gram vectors with `features = "ngram"`,

@@ -35,6 +35,12 @@ FINAL_SAMPLES = 64
 FIGURES = "results/lab/figures"
 KEPT = "results/lab/runs"
 FOUR = {"task.name": "countdown", "task.countdown.inputs": 4}  # drawn in code, not data/
+# study 1's ExTra-R mined only a hard group's lowest-entropy rollout (then the only rule;
+# the default since is the paper's every rollout): its arms keep the rule they ran with
+LOWEST = {"exploration.extra.mine": "lowest"}
+# study 1's EDEN screen found no viable anchor (docs/lab.md) and topped its bank up with the
+# most accurate others, as the screen then did; it refuses that since unless allowed
+UNVIABLE = {"exploration.eden.allow_unviable": True}
 
 # arm -> (config, overrides): the arms of docs/lab.md, each the lab's GRPO setting with one
 # thing changed (the same base model, rollout budget and evaluation)
@@ -44,8 +50,8 @@ ARMS = {
     "hot": ("configs/controls.py:temperature,lab", {}),
     "clip_higher": ("configs/controls.py:clip_higher,lab", {}),
     "ead": ("configs/ead.py:lab", {}),
-    "eden": ("configs/eden.py:lab", {}),
-    "eden_ead": ("configs/eden.py:lab", {"+ead": "configs/ead.py:lab"}),
+    "eden": ("configs/eden.py:lab", UNVIABLE),
+    "eden_ead": ("configs/eden.py:lab", {**UNVIABLE, "+ead": "configs/ead.py:lab"}),
     "ase": ("configs/ase.py:lab", {}),
     "ase_unstructured": ("configs/ase.py:unstructured,lab", {}),
     # ExTra-R cuts a response at its line ends but the last: a 3-number answer (2 lines)
@@ -53,13 +59,13 @@ ARMS = {
     # model: the recipe takes the run's task), as docs/lab.md's rule says when the pilot
     # (`--pilot extra`) finds less than one guided group a step
     "grpo4": ("configs/grpo.py:lab", FOUR),
-    "extra_n4": ("configs/extra.py:novelty,lab", FOUR),
-    "extra_r4": ("configs/extra.py:regen,lab", FOUR),
-    "extra4": ("configs/extra.py:lab", FOUR),
-    "extra_r": ("configs/extra.py:regen,lab", {}),  # the pilot's only
+    "extra_n4": ("configs/extra.py:novelty,lab", {**FOUR, **LOWEST}),
+    "extra_r4": ("configs/extra.py:regen,lab", {**FOUR, **LOWEST}),
+    "extra4": ("configs/extra.py:lab", {**FOUR, **LOWEST}),
+    "extra_r": ("configs/extra.py:regen,lab", LOWEST),  # the pilot's only
     # a follow-up, written in docs/lab.md before it ran: EDEN with EAD's TIS cap and nothing
     # else changed, whether EDEN's collapse is its noisy rows entering the update uncorrected
-    "eden_tis": ("configs/eden.py:lab", {"rl.tis_cap": 2.0}),
+    "eden_tis": ("configs/eden.py:lab", {**UNVIABLE, "rl.tis_cap": 2.0}),
 }
 FOLLOW_UPS = ["eden_tis"]
 PREREGISTERED = [a for a in ARMS if a not in ("extra_r", *FOLLOW_UPS)]
