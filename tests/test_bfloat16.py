@@ -18,6 +18,7 @@ from explore_rl.sampling import sampler
 
 A, F32, BF16 = jax.ShapeDtypeStruct, jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16)
 Q, G, P, T = 2, 2, 5, 8  # prompts, rows a prompt, prompt and response tokens
+V = 97  # a vocabulary no other dimension equals: the LM head's matmuls are the ones with it
 
 
 @pytest.mark.parametrize("name", PAPER_CONFIGS)
@@ -31,11 +32,12 @@ def _dtypes(tree) -> set:
 
 
 def _dots(jaxpr, found: collections.Counter) -> collections.Counter:
-    """(operand dtypes, result dtype) of every matmul in `jaxpr` and its sub-programs."""
+    """(operand dtypes, result dtype, operand shapes) of every matmul in `jaxpr` and its
+    sub-programs."""
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == "dot_general":
             ins = tuple(str(v.aval.dtype) for v in eqn.invars)
-            found[ins, str(eqn.outvars[0].aval.dtype)] += 1
+            found[ins, str(eqn.outvars[0].aval.dtype), tuple(v.aval.shape for v in eqn.invars)] += 1
         for value in eqn.params.values():
             for sub in value if isinstance(value, (list, tuple)) else [value]:
                 inner = getattr(sub, "jaxpr", sub)
@@ -58,7 +60,7 @@ def test_a_bfloat16_steps_arrays(param_dtype, attention):
     """The paper memory settings (remat, layers scanned) on the test size."""
     cfg = presets.get_preset(
         "tiny-qwen2", dtype="bfloat16", param_dtype=param_dtype, remat="block",
-        scan_layers=True, attention=attention, attention_block=4,
+        scan_layers=True, attention=attention, attention_block=4, vocab_size=V,
     )  # fmt: skip
     params = jax.eval_shape(lambda: transformer.init_params(cfg, jax.random.key(0)))
     assert _dtypes(params) == {jnp.dtype(param_dtype)}
@@ -82,12 +84,16 @@ def test_a_bfloat16_steps_arrays(param_dtype, attention):
     assert hidden.dtype == BF16
 
     # the update: every forward matmul on bfloat16 operands (scores and logits accumulate
-    # in float32); the loss in float32; each gradient its weight's dtype
+    # in float32), the LM head's backward too; the loss in float32; each gradient its
+    # weight's dtype
     lc, batch = losses.LossConfig(), _batch()
     loss = lambda w, b: _loss(w, cfg, lc, b, jnp.float32(1.0))  # noqa: E731
     forward = _dots(jax.make_jaxpr(loss)(params, batch).jaxpr, collections.Counter())
-    assert forward and {ins for ins, _ in forward} == {("bfloat16", "bfloat16")}, forward
-    assert {out for _, out in forward} == {"bfloat16", "float32"}
+    assert forward and {ins for ins, _, _ in forward} == {("bfloat16", "bfloat16")}, forward
+    assert {out for _, out, _ in forward} == {"bfloat16", "float32"}
+    gradient = jax.make_jaxpr(jax.grad(lambda w, b: loss(w, b)[0]))(params, batch)
+    head = [d for d in _dots(gradient.jaxpr, collections.Counter()) if V in sum(d[2], ())]
+    assert len(head) >= 3 and all(ins == ("bfloat16", "bfloat16") for ins, _, _ in head), head
     (value, metrics), grads = jax.eval_shape(jax.value_and_grad(loss, has_aux=True), params, batch)
     assert value.dtype == F32 and _dtypes(metrics) <= {F32}
     assert jax.tree.map(lambda g: g.dtype, grads) == jax.tree.map(lambda p: p.dtype, params)

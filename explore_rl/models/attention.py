@@ -7,11 +7,7 @@ and, when causal, the cache slot of each query (`q_slot`); a tile's mask is buil
 them where it is used.
 
 - `dense`: every set's scores at once, merged by log-sum-exp. [B, N, T, S] scores: the
-  fastest for short prompts. A one-token decode step reads a causal set (a row's own
-  response slots, allocated for the longest response) only up to the last slot written,
-  in `DECODE_TILE`-slot tiles of a loop whose trip count is traced (`_filled`): the
-  cache's unfilled tail is never read, so a step's memory traffic grows with the tokens
-  decoded, not with `max_new_tokens` (BENCHMARKS.md, `bench sample`).
+  fastest for decode (T = 1) and short prompts.
 - `blockwise`: FlashAttention-2 (Dao 2023, Alg. 1 and 2) in plain JAX: query blocks of
   `block` tokens, each folding key blocks into a running (max, sum, weighted values) with
   an online softmax; tiles wholly above the causal diagonal or wholly padding are
@@ -57,9 +53,6 @@ from jaxtyping import Array, Bool, Float, Int
 
 # Finite, so a query with no valid key gives a finite (unused) output instead of NaN.
 MASKED = -1e30
-# Key slots a decode step reads at a time: the most it reads past the last filled slot;
-# large enough that a tile's loop iteration costs little beside its reads.
-DECODE_TILE = 256
 
 
 class Keys(NamedTuple):
@@ -191,54 +184,20 @@ def _values(p, v):
 
 
 def _dense(qg: Float[Array, "B K G T H"], sets) -> Float[Array, "B K G T H"]:
+    scale = 1.0 / math.sqrt(qg.shape[-1])
     partials = []
     for keys in sets:
-        filled = qg.shape[3] == 1 and keys.q_slot is not None and keys.k.shape[2] > DECODE_TILE
-        partials.append(_filled(qg, keys) if filled else _partial(qg, keys))
+        qr = _by_key_row(qg, keys.k.shape[0])
+        s = _scores(qr, keys.k, keys.valid, keys.q_slot, 0, scale)
+        m = jnp.max(s, axis=-1, keepdims=True)
+        p = jnp.exp(s - m)
+        total = jnp.sum(p, axis=-1, keepdims=True)
+        partials.append(tuple(_by_query_row(x) for x in (_values(p, keys.v), m, total)))
     # Combine partial softmaxes over disjoint key sets exactly (log-sum-exp).
     top = functools.reduce(jnp.maximum, [m for _, m, _ in partials])
     scales = [jnp.exp(m - top) for _, m, _ in partials]
     acc = sum(a * c for (a, _, _), c in zip(partials, scales))
     return acc / sum(t * c for (_, _, t), c in zip(partials, scales))
-
-
-def _partial(qg, keys: Keys):
-    """One set's (weighted values [B, K, G, T, H], max and sum [B, K, G, T, 1]) at once."""
-    qr = _by_key_row(qg, keys.k.shape[0])
-    s = _scores(qr, keys.k, keys.valid, keys.q_slot, 0, 1.0 / math.sqrt(qg.shape[-1]))
-    m = jnp.max(s, axis=-1, keepdims=True)
-    p = jnp.exp(s - m)
-    total = jnp.sum(p, axis=-1, keepdims=True)
-    return tuple(_by_query_row(x) for x in (_values(p, keys.v), m, total))
-
-
-def _filled(qg, keys: Keys):
-    """`_partial` of a causal set for one query a row, folding DECODE_TILE-slot tiles up to
-    the last slot any row's query sees (a traced trip count: the unfilled tail is never
-    read) with an online softmax (Dao 2023, Alg. 1). Forward only (a decode step)."""
-    s, scale = keys.k.shape[2], 1.0 / math.sqrt(qg.shape[-1])
-    qr = _by_key_row(qg, keys.k.shape[0])
-    zeros = jnp.zeros(qr.shape[:-1] + (1,), jnp.float32)
-
-    def fold(j, carry):
-        acc, m, total = carry
-        # the last tile ends at the cache's end, its slots before j * tile already folded
-        start = jnp.minimum(j * DECODE_TILE, s - DECODE_TILE)
-        k, v, valid = (
-            jax.lax.dynamic_slice_in_dim(x, start, DECODE_TILE, axis=axis)
-            for x, axis in ((keys.k, 2), (keys.v, 2), (keys.valid, 1))
-        )
-        valid &= start + jnp.arange(DECODE_TILE) >= j * DECODE_TILE
-        sc = _scores(qr, k, valid, keys.q_slot, start, scale)
-        m_new = jnp.maximum(m, jnp.max(sc, axis=-1, keepdims=True))
-        p = jnp.exp(sc - m_new)
-        correction = jnp.exp(m - m_new)
-        total = total * correction + jnp.sum(p, axis=-1, keepdims=True)
-        return acc * correction + _values(p, v), m_new, total
-
-    tiles = jnp.max(keys.q_slot) // DECODE_TILE + 1
-    init = (jnp.zeros(qr.shape, jnp.float32), zeros + MASKED, zeros)
-    return tuple(_by_query_row(x) for x in jax.lax.fori_loop(0, tiles, fold, init))
 
 
 # ----------------------------------------------------------------------------- blockwise
