@@ -36,22 +36,35 @@ def _continue_prompts(params, cfg, prompts, prompt_mask, inputs, mask, intervent
     prompt_mask, mask = prompt_mask.astype(bool), mask.astype(bool)
     start = jnp.repeat(jnp.sum(prompt_mask, axis=1), b // q)[:, None]
     positions = start + jnp.arange(t)[None]  # a response's, whatever its mask
+    args = (params, cfg, prompts, prompt_mask, inputs, positions, mask, interventions)
     if attention.uses_fused(cfg.attention, cfg.jnp_dtype, cfg.head_dim):
-        each = lambda x: jnp.repeat(x, b // q, axis=0)  # noqa: E731
-        out = transformer.hidden_states(
-            params, cfg, jnp.concatenate([each(prompts), inputs], axis=1),
-            jnp.concatenate([each(transformer.positions_from_mask(prompt_mask)), positions], 1),
-            jnp.concatenate([each(prompt_mask), mask], axis=1), None, interventions,
-        )  # fmt: skip
-        n = prompts.shape[1]
-        response = lambda x: None if x is None else x[:, n:]  # noqa: E731
-        last = out.hidden[:, n - 1]
-        return last, out.replace(hidden=response(out.hidden), readout=response(out.readout))
+        return _contiguous(*args)
+    return _shared(*args)
+
+
+def _shared(params, cfg, prompts, prompt_mask, inputs, positions, mask, interventions):
+    """Each prompt once (as the sampler prefills it), its keys its rows' shared prefix."""
+    q, b, t = prompts.shape[0], *inputs.shape
     rows = shapes.grouped_rows(q, b)
     prefix, last = sampler.prefill_prompts(params, cfg, prompts, prompt_mask, interventions, rows)
     cache = transformer.init_cache(cfg, b, t, prefix=prefix)
     out = transformer.hidden_states(params, cfg, inputs, positions, mask, cache, interventions)
     return jnp.repeat(last, b // q, axis=0), out
+
+
+def _contiguous(params, cfg, prompts, prompt_mask, inputs, positions, mask, interventions):
+    """Each row as its prompt (left-padded) then its inputs, one sequence, no cache."""
+    each = lambda x: jnp.repeat(x, inputs.shape[0] // prompts.shape[0], axis=0)  # noqa: E731
+    out = transformer.hidden_states(
+        params, cfg, jnp.concatenate([each(prompts), inputs], axis=1),
+        jnp.concatenate([each(transformer.positions_from_mask(prompt_mask)), positions], 1),
+        jnp.concatenate([each(prompt_mask), mask], axis=1), None, interventions,
+    )  # fmt: skip
+    n = prompts.shape[1]
+    response = lambda x: None if x is None else x[:, n:]  # noqa: E731
+    return out.hidden[:, n - 1], out.replace(
+        hidden=response(out.hidden), readout=response(out.readout)
+    )
 
 
 def score(params: dict, cfg: ModelConfig, prompts, prompt_mask, tokens, mask, temperature=1.0):
