@@ -72,25 +72,26 @@ if [[ -z $tokenizer && -d $here/gpu_tokenizer ]]; then tokenizer=$here/gpu_token
 if [[ -n $tokenizer ]]; then demo_model=(--set "model.path=$tokenizer"); else demo_model=(); fi
 
 if [[ -n ${GPU_DRY_RUN:-} ]]; then  # the same steps at tiny shapes: the script's own test
-    long=(--preset tiny-qwen2 --layers 0 --prompt-len 8 --lengths 16 --rows 2 --reps 1)
+    long=(--preset tiny-qwen2 --layers 0 --prompt-len 8 --lengths 16 --rows 2 --reps 1
+        --no-xla-peak)
     decode=(--random-init tiny-qwen2 --prompt-len 8 --new-tokens 8 --rows 4 --prompts 2)
     demo=(--config configs/grpo.py:smoke --random-init tiny-llama)
     modes=(scan-fused scan-blockwise)
 else
     long=(--preset qwen2.5-math-1.5b --layers 0 --prompt-len 1024 --lengths 4096 --rows 8
-        --reps 2)
+        --reps 2 --no-xla-peak)  # XLA's memory analysis: one more compile of the update
     decode=(--random-init qwen2.5-math-1.5b --prompt-len 1024 --new-tokens 2048 --rows 256
         --prompts 32)
     demo=(--config configs/grpo.py:demo --random-init smollm2-135m)
     modes=(scan-fused scan-blockwise)
 fi
 
-step device 60 "$py" "$here/tools/gpu_device.py"
-step "long ${modes[0]}" 200 "$py" -m explore_rl.bench long "${long[@]}" --modes "${modes[0]}" \
+step device 45 "$py" "$here/tools/gpu_device.py"
+step "long ${modes[0]}" 180 "$py" -m explore_rl.bench long "${long[@]}" --modes "${modes[0]}" \
     --dtype bfloat16
-step decode 120 "$py" -m explore_rl.bench sample --model "" "${decode[@]}" --dtype bfloat16 \
+step decode 140 "$py" -m explore_rl.bench sample --model "" "${decode[@]}" --dtype bfloat16 \
     --no-peer --reps 1
-step demo_bfloat16 80 "$py" -m explore_rl.bench memory "${demo[@]}" --steps 2 \
+step demo_bfloat16 75 "$py" -m explore_rl.bench memory "${demo[@]}" --steps 2 \
     "${demo_model[@]}" --set model.param_dtype=bfloat16 --set model.dtype=bfloat16
 step "long ${modes[1]}" 150 "$py" -m explore_rl.bench long "${long[@]}" --modes "${modes[1]}" \
     --dtype bfloat16

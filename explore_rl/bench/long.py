@@ -39,6 +39,9 @@ def add_arguments(p) -> None:
     p.add_argument("--modes", default="dense,long", help=f"of {', '.join(LONG_MODES)}")
     p.add_argument("--dense-max", type=int, default=4096, help="longest dense length run")
     p.add_argument("--reps", type=int, default=2)
+    p.add_argument(
+        "--no-xla-peak", action="store_true", help="skip XLA's memory analysis (a compile more)"
+    )
     p.add_argument("--only", default="", help=argparse.SUPPRESS)
 
 
@@ -159,7 +162,9 @@ def run_one(args) -> dict:
         peak, seconds = _transient(update)
         peaks.append(held + peak)
         times.append(seconds)
-    u_xla = _xla_peak(*_gradient_pass(holder["state"].params, batch, cfg, lc))
+    u_xla = None
+    if not args.no_xla_peak:
+        u_xla = _xla_peak(*_gradient_pass(holder["state"].params, batch, cfg, lc))
     g = batch.tokens.shape[0]
     shape = footprint.StepSizes(
         prompts=1, decode_rows=1, prompt_len=length, new_tokens=0, update_prompts=1,
@@ -196,8 +201,9 @@ def run_one(args) -> dict:
         "prefill_measured_gib": round(measured_prefill / 2**30, 3),
         "prefill_estimate_gib": round(estimated_prefill / 2**30, 3),
         "prefill_estimate_over_measured": round(estimated_prefill / measured_prefill, 3),
-        "update_xla_gib": round((resident - params + u_xla) / 2**30, 3),
-        "update_estimate_over_xla": round(estimated_update / (resident - params + u_xla), 3),
+        "update_xla_gib": u_xla and round((resident - params + u_xla) / 2**30, 3),
+        "update_estimate_over_xla": u_xla
+        and round(estimated_update / (resident - params + u_xla), 3),
         "prefill_xla_gib": round(p_xla / 2**30, 3),
         "prefill_estimate_over_xla": round(estimated_prefill / p_xla, 3),
         # what the exponents fit, unrounded: a tiny model's parts round to 0.0 GiB
@@ -245,7 +251,7 @@ def run(args) -> dict:
                 sys.executable, "-m", "explore_rl.bench", "long", "--only", f"{mode}:{length}",
                 "--preset", args.preset, "--layers", str(args.layers), "--rows", str(args.rows),
                 "--reps", str(args.reps), "--prompt-len", str(args.prompt_len),
-                "--dtype", args.dtype,
+                "--dtype", args.dtype, *(["--no-xla-peak"] if args.no_xla_peak else []),
             ]  # fmt: skip
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode:
