@@ -1,5 +1,9 @@
 """`long`: the update's and the prefill's peak memory and speed against the sequence length,
 dense against the long-sequence modes (`LONG_MODES`).
+
+Tokens and FLOPs count each row as its prompt + response (what the fused layout computes,
+and what verl's rows are): the shared layout computes the prompt once, so its MFU counts
+the (rows - 1) prompt copies it does not run, and tokens/s compares the two on one count.
 """
 
 from __future__ import annotations
