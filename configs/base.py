@@ -77,7 +77,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.model.dtype = "float32"  # activations and matmuls: float32 | bfloat16 (logits f32)
     # Memory at long lengths (results equal up to float rounding; the start-up estimate
     # models each): attention past `attention_block` queries in tiles, never [T, S] scores
-    c.model.attention = "auto"  # auto | dense | blockwise
+    c.model.attention = "auto"  # auto (a GPU: fused) | dense | blockwise | fused
     c.model.attention_block = 512  # tokens per attention tile
     c.model.remat = "none"  # recompute each layer in the backward: none | block | dots
     # passes that fill their cache (prefills, the update) compile one layer and scan it over

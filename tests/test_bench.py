@@ -36,9 +36,30 @@ def test_bench_engine_reports_what_each_slot_count_did():
     assert one["rows"] == slotted["rows"] and one["useful_tokens"] == slotted["useful_tokens"] > 0
     assert one["refills"] == 0 and slotted["refills"] == 8 - 3
     for r in (one, slotted):
-        for key in ("useful_tokens_per_s", "occupancy", "prefill_s", "decode_s", "peak_rss_gib"):
+        for key in (
+            "useful_tokens_per_s", "occupancy", "prefill_s", "decode_s", "peak_rss_gib",
+            "decode_tokens_per_s", "fraction_of_bandwidth_bound", "bandwidth_gbs",
+        ):  # fmt: skip
             assert r[key] > 0, (r["slots"], key)
         assert 0 < r["occupancy"] <= 1 and r["kv_cache_bytes"] > 0
+
+
+def test_bench_sample_decodes_random_prompts_against_the_bandwidth_bound(capsys):
+    """Q random prompts x B / Q rows of a preset's own shape (no tokenizer read): tokens/s
+    and the fraction of the bandwidth bound. Bad input: one line."""
+    out = bench.main(["sample", "--model", "", "--random-init", "tiny-qwen2", "--prompt-len",
+                      "8", "--new-tokens", "6", "--rows", "4", "--prompts", "2", "--no-peer",
+                      "--reps", "1"])  # fmt: skip
+    assert (out["rows"], out["prompt_len"], out["new_tokens"]) == (4, 8, 6)
+    assert out["decode_tokens_per_s"] > 0 and out["fraction_of_bandwidth_bound"] > 0
+    for args, problem in (
+        (["--prompt-len", "8", "--rows", "5", "--prompts", "2", "--no-peer"], "--rows 5"),
+        (["--rows", "4", "--no-peer"], "add --prompt-len"),
+        (["--model", "", "--no-peer"], '--model ""'),
+    ):
+        with pytest.raises(SystemExit):
+            bench.main(["sample", "--random-init", "tiny-qwen2", *args])
+        assert problem in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -66,7 +87,8 @@ def test_bench_depth_compiles_each_depth_unrolled_and_scanned(capsys):
     out = bench.main(["depth", "--preset", "tiny-llama", "--layers", "2", "--length", "4",
                       "--prompt-len", "4", "--dtype", "float32"])  # fmt: skip
     assert [(r["layers"], r["mode"]) for r in out["runs"]] == [(2, "unrolled"), (2, "scanned")]
-    assert all(r["compile_s"] > 0 and r["rollout_compile_s"] > 0 for r in out["runs"])
+    for r in out["runs"]:
+        assert min(r["compile_s"], r["prefill_compile_s"], r["decode_compile_s"]) > 0
     (depth,) = out["by_depth"]
     ratio = out["runs"][1]["compile_s"] / out["runs"][0]["compile_s"]
     assert abs(depth["scanned_over_unrolled_compile"] - ratio) < 0.01 * ratio + 0.01

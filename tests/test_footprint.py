@@ -56,6 +56,24 @@ def test_terms_by_hand_on_one_device():
     assert kv == 2 * 2 * 2 * 8 * 4 * (2 * 48 + 3 * (48 + 8))
 
 
+def test_the_fused_layout_counts_each_rows_prompt_and_no_score_tiles():
+    """The fused kernel runs each update row as prompt + response (`rl/scoring.py`): its
+    activations are those of unshared prompts (one a row), and no score tile is live."""
+    cfg = presets.get_preset("tiny-llama", attention="blockwise", attention_block=8)
+    opt = make_optimizer(config_lib.spec(grpo.get_config("smoke")).optim)
+
+    def est(cfg, update_prompts):
+        sizes = footprint.StepSizes(
+            prompts=2, decode_rows=8, prompt_len=48, new_tokens=8,
+            update_prompts=update_prompts, update_rows=8,
+        )  # fmt: skip
+        return footprint.estimate(cfg, ONE, opt, sizes, False).terms
+
+    fused = est(cfg.replace(attention="fused"), 2)
+    assert fused["activations"] == est(cfg, 8)["activations"] > est(cfg, 2)["activations"]
+    assert fused["backward workspace"] == 0 < est(cfg, 2)["backward workspace"]
+
+
 def test_methods_that_prefill_more_or_longer_prompts_are_counted():
     c = grpo.get_config("smoke")  # 2 prompts x 4 rows x 8 tokens, prompts in the 48 bucket
     s = config_lib.spec(c)

@@ -53,6 +53,9 @@ def test_smoke_cli_writes_the_run_directory_and_reruns(tmp_path):
         assert key in rows[-1], key
     said = out.stderr.splitlines()  # what the run uses, said at start; a summary at the end
     assert "model: random tiny-llama weights (llama, 2M params), the tokenizer of embedded" in said
+    # the attention it runs: on a CPU the portable path (a GPU in bfloat16: the fused one)
+    attention = "attention: dense up to 512 queries, blockwise above (model.attention=auto,"
+    assert any(s.startswith(attention) for s in said), said
     assert "task: arithmetic: 2000 training problems; held out: arithmetic (4)" in said
     assert "reward: 1 x math" in said
     assert "methods: none (GRPO)" in said

@@ -5,10 +5,11 @@ against the model's depth, its layers unrolled in the program against scanned
 
 Per (mode, layers): the seconds XLA takes to compile the update's gradient program (the
 paper configs' memory settings: blockwise attention, remat, chunked log-probs) and its
-temporaries by XLA's buffer assignment, and the rollout's (`sampler.sample`: its prompt
-prefill scanned, its decode step unrolled either way); per depth, the scanned update's
-compile time as a fraction of the unrolled one's, and its extra temporaries against the
-start-up estimate's "stacked layers" term (`rl/footprint.py`).
+temporaries by XLA's buffer assignment, and the rollout's two programs' (the prefill,
+scanned with the layers, and the decode loop, its step unrolled either way); with both
+modes, per depth, the scanned update's compile time as a fraction of the unrolled one's,
+and its extra temporaries against the start-up estimate's "stacked layers" term
+(`rl/footprint.py`). `--modes scanned`: the paper configs' programs only.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def add_arguments(p) -> None:
     p.add_argument("--prompt-len", type=int, default=64)
     p.add_argument("--length", type=int, default=256, help="response tokens of each row")
     p.add_argument("--rows", type=int, default=2)
+    p.add_argument("--modes", default="unrolled,scanned", help="unrolled, scanned or both")
 
 
 def check(args) -> str | None:
@@ -39,24 +41,37 @@ def check(args) -> str | None:
     depths = args.layers.split(",")
     if not all(d.isdigit() and int(d) > 0 for d in depths):
         return f"--layers {args.layers!r}: comma-separated positive depths"
+    if not set(args.modes.split(",")) <= {"unrolled", "scanned"}:
+        return f"--modes {args.modes!r}: unrolled, scanned or both, comma-separated"
     return None
 
 
-def _rollout_compile(cfg, args) -> float:
-    """Seconds to lower and compile the rollout of `args.rows` rows after one prompt."""
+def _rollout_compiles(cfg, args) -> tuple[float, float]:
+    """Seconds to lower and compile the rollout's two programs, `args.rows` rows after one
+    prompt: the prefill with the first token (`sampler.start`: the prompt's layers
+    scanned when `scan_layers`) and the decode loop (`sampler.decode`: its step unrolled
+    either way, each layer's attention a loop over the filled cache's tiles)."""
     from explore_rl.models import transformer
-    from explore_rl.sampling.sampler import SamplingConfig, sample
+    from explore_rl.sampling import sampler
 
     abstract = jax.ShapeDtypeStruct
     params = jax.eval_shape(lambda: transformer.init_params(cfg, jax.random.key(0)))
     prompt = abstract((1, args.prompt_len), jnp.int32)
-    temps = jnp.ones((args.rows, args.length))
-    config = SamplingConfig(args.length)
-    rollout = jax.jit(lambda w, p, m, k: sample(w, cfg, p, m, k, temps, config).tokens)
+    mask = abstract(prompt.shape, bool)
+    temps = abstract((args.rows, args.length), jnp.float32)
+    config = sampler.SamplingConfig(args.length)
     key = jax.eval_shape(lambda: jax.random.key(0))
+    inputs = (params, cfg, prompt, mask, key, temps, config, None, None)
     start = time.perf_counter()
-    rollout.lower(params, prompt, abstract(prompt.shape, bool), key).compile()
-    return time.perf_counter() - start
+    sampler.start.lower(*inputs).compile()
+    prefill_s = time.perf_counter() - start
+    state, uniforms = jax.eval_shape(
+        lambda p, m, k, t: sampler.start(params, cfg, p, m, k, t, config, None, None),
+        prompt, mask, key, temps,
+    )  # fmt: skip
+    start = time.perf_counter()
+    sampler.decode.lower(params, cfg, state, temps, uniforms, config, None).compile()
+    return prefill_s, time.perf_counter() - start
 
 
 def _compile(cfg, args) -> tuple[float, int]:
@@ -90,22 +105,26 @@ def run(args) -> dict:
     runs, by_depth = [], []
     for layers in map(int, args.layers.split(",")):
         seconds, temp = {}, {}
-        for mode in ("unrolled", "scanned"):
+        for mode in args.modes.split(","):
             cfg = presets.get_preset(
                 args.preset, n_layers=layers, dtype=args.dtype, param_dtype=args.dtype,
                 scan_layers=mode == "scanned", **LONG_MODES["long"],
             )  # fmt: skip
             jax.clear_caches()  # each program compiled anew, none from the one before
             seconds[mode], temp[mode] = _compile(cfg, args)
+            prefill_s, decode_s = _rollout_compiles(cfg, args)
             runs.append(
                 {
                     "layers": layers,
                     "mode": mode,
                     "compile_s": round(seconds[mode], 2),
                     "temp_gib": round(temp[mode] / GIB, 3),
-                    "rollout_compile_s": round(_rollout_compile(cfg, args), 2),
+                    "prefill_compile_s": round(prefill_s, 2),
+                    "decode_compile_s": round(decode_s, 2),
                 }
             )
+        if len(seconds) < 2:
+            continue
         sizes = footprint.StepSizes(
             prompts=1, decode_rows=args.rows, prompt_len=args.prompt_len,
             new_tokens=args.length, update_prompts=1, update_rows=args.rows,

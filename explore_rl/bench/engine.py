@@ -3,9 +3,11 @@ test questions with a chain-of-thought instruction (`--questions arithmetic`: th
 one-digit sums), 16 prompts x 8 rollouts, up to 256 new tokens, stop at EOS, temperature
 1. For each slot count (0: the one pass) in a fresh
 process of its own (so each peak RSS is its own): useful tokens/s (tokens up to each
-row's stop), slot occupancy, prefill / decode seconds, refills, the KV cache's bytes, the
-process's peak RSS, and the share of rows whose tokens equal the first run's; the second
-of two identical calls is timed (the first compiles).
+row's stop), slot occupancy, prefill / decode seconds, the decode's fraction of the
+memory-bandwidth bound (`common.decode_bound_s`: the weights once a step plus the KV
+slots holding tokens, at the bandwidth of a large copy measured in the same process),
+refills, the KV cache's bytes, the process's peak RSS, and the share of rows whose tokens
+equal the first run's; the second of two identical calls is timed (the first compiles).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ import numpy as np
 
 from explore_rl.bench.common import (
     benchmarked_model,
+    decode_bound_s,
+    kv_bytes,
+    memory_bandwidth,
 )
 from explore_rl.models import weights
 from explore_rl.sampling import sampler, shapes
@@ -45,10 +50,14 @@ def add_arguments(p) -> None:
 COT = " Please reason step by step, and put your final answer within \\boxed{}."
 
 
-def kv_bytes(cfg, token_slots: int) -> int:
-    """Keys and values of `token_slots` positions over every layer."""
-    per_slot = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * jnp.dtype(cfg.jnp_dtype).itemsize
-    return per_slot * token_slots
+def filled_reads(lengths: np.ndarray, prompt_mask, group: int) -> int:
+    """KV slots the decode steps read at least, summed: a row of n tokens is fed n - 1
+    times (its first comes from the prefill), the k-th time attending k of its own slots
+    and its prompt's, which a group of rows could read once a step (/ group)."""
+    n = np.asarray(lengths, np.int64)
+    prompt = np.repeat(np.asarray(prompt_mask).sum(axis=1), group)
+    fed = np.maximum(n - 1, 0)
+    return int(np.sum(fed * (fed + 1) // 2) + np.sum(fed * prompt) // group)
 
 
 def run_one(args) -> dict:
@@ -73,12 +82,14 @@ def run_one(args) -> dict:
     ec = engine.EngineConfig(args.only, args.chunk)
     call = lambda: engine.generate(params, cfg, tokens, mask, jax.random.key(0), tau, sc, ec)  # noqa: E731
     call()  # compiles
+    bandwidth = memory_bandwidth()
     start = time.perf_counter()
     out, stats = call()
     seconds = time.perf_counter() - start
     slotted = stats.slots < b  # slots copy their row's prompt; the one pass shares it
     token_slots = tokens.size + stats.slots * (args.new_tokens + tokens.shape[1] * slotted)
     lengths = out.lengths
+    bound = decode_bound_s(cfg, stats.steps, filled_reads(lengths, mask, args.group), bandwidth)
     return {
         "slots": args.only,
         "chunk": args.chunk if slotted else None,
@@ -93,6 +104,9 @@ def run_one(args) -> dict:
         "length_mean": round(float(lengths.mean()), 1),
         "length_max": int(lengths.max()),
         "finished_frac": round(float(out.finished.mean()), 3),
+        "decode_tokens_per_s": round(stats.useful_tokens / stats.decode_s, 1),
+        "fraction_of_bandwidth_bound": round(bound / stats.decode_s, 3),
+        "bandwidth_gbs": round(bandwidth / 1e9, 1),
         "kv_cache_gib": round(kv_bytes(cfg, token_slots) / 2**30, 3),
         "kv_cache_bytes": kv_bytes(cfg, token_slots),
         "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),

@@ -1,5 +1,9 @@
 """`long`: the update's and the prefill's peak memory and speed against the sequence length,
 dense against the long-sequence modes (`LONG_MODES`).
+
+Tokens and FLOPs count each row as its prompt + response (what the fused layout computes,
+and what verl's rows are): the shared layout computes the prompt once, so its MFU counts
+the (rows - 1) prompt copies it does not run, and tokens/s compares the two on one count.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from explore_rl.bench.common import (
     reset_peak_rss,
     rss_bytes,
 )
-from explore_rl.models import transformer
+from explore_rl.models import attention, transformer
 from explore_rl.sampling import sampler
 
 HELP = "update and prefill memory and speed against length"
@@ -36,9 +40,12 @@ def add_arguments(p) -> None:
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     p.add_argument("--rows", type=int, default=1, help="rows continuing the prompt")
     p.add_argument("--lengths", default="512,1024,2048,4096,8192")
-    p.add_argument("--modes", default="dense,long")
+    p.add_argument("--modes", default="dense,long", help=f"of {', '.join(LONG_MODES)}")
     p.add_argument("--dense-max", type=int, default=4096, help="longest dense length run")
     p.add_argument("--reps", type=int, default=2)
+    p.add_argument(
+        "--no-xla-peak", action="store_true", help="skip XLA's memory analysis (a compile more)"
+    )
     p.add_argument("--only", default="", help=argparse.SUPPRESS)
 
 
@@ -47,6 +54,17 @@ LONG_MODES = {
     "long": dict(attention="auto", remat="block", logits_chunk=128),  # BENCHMARKS.md's runs
     "scan": dict(attention="auto", remat="block", logits_chunk=128, scan_layers=True),  # paper's
 }
+# The paper's settings with the attention named: the fused kernel (cuDNN on a GPU, each
+# row one prompt + response sequence) against the portable blockwise path.
+LONG_MODES["scan-fused"] = dict(LONG_MODES["scan"], attention="fused")
+LONG_MODES["scan-blockwise"] = dict(LONG_MODES["scan"], attention="blockwise")
+
+
+def check(args) -> str | None:
+    unknown = set(args.modes.split(",")) - set(LONG_MODES)
+    return (
+        f"--modes: {', '.join(sorted(unknown))} not in {', '.join(LONG_MODES)}" if unknown else None
+    )
 
 
 def _long_setup(args, mode: str, length: int):
@@ -139,14 +157,18 @@ def run_one(args) -> dict:
         holder["state"], m = train_step(holder["state"], batch, cfg, lc, oc, optimizer)
         return m["train/loss"]
 
+    start = time.perf_counter()
     jax.block_until_ready(update())  # compiles
+    first_s = time.perf_counter() - start
     times, peaks = [], []
     for _ in range(args.reps):
         held = _nbytes(holder["state"]) + _nbytes(batch)
         peak, seconds = _transient(update)
         peaks.append(held + peak)
         times.append(seconds)
-    u_xla = _xla_peak(*_gradient_pass(holder["state"].params, batch, cfg, lc))
+    u_xla = None
+    if not args.no_xla_peak:
+        u_xla = _xla_peak(*_gradient_pass(holder["state"].params, batch, cfg, lc))
     g = batch.tokens.shape[0]
     shape = footprint.StepSizes(
         prompts=1, decode_rows=1, prompt_len=length, new_tokens=0, update_prompts=1,
@@ -171,6 +193,10 @@ def run_one(args) -> dict:
     return {
         "mode": mode,
         "length": length,
+        "attention": attention.describe(
+            cfg.attention, cfg.jnp_dtype, cfg.head_dim, cfg.attention_block
+        ),
+        "update_first_call_s": round(first_s, 1),  # its compile, mostly
         "resident_gib": round(resident / 2**30, 3),
         "params_gib": round(params / 2**30, 3),
         "update_measured_gib": round(measured_update / 2**30, 3),
@@ -179,8 +205,9 @@ def run_one(args) -> dict:
         "prefill_measured_gib": round(measured_prefill / 2**30, 3),
         "prefill_estimate_gib": round(estimated_prefill / 2**30, 3),
         "prefill_estimate_over_measured": round(estimated_prefill / measured_prefill, 3),
-        "update_xla_gib": round((resident - params + u_xla) / 2**30, 3),
-        "update_estimate_over_xla": round(estimated_update / (resident - params + u_xla), 3),
+        "update_xla_gib": u_xla and round((resident - params + u_xla) / 2**30, 3),
+        "update_estimate_over_xla": u_xla
+        and round(estimated_update / (resident - params + u_xla), 3),
         "prefill_xla_gib": round(p_xla / 2**30, 3),
         "prefill_estimate_over_xla": round(estimated_prefill / p_xla, 3),
         # what the exponents fit, unrounded: a tiny model's parts round to 0.0 GiB
@@ -228,7 +255,7 @@ def run(args) -> dict:
                 sys.executable, "-m", "explore_rl.bench", "long", "--only", f"{mode}:{length}",
                 "--preset", args.preset, "--layers", str(args.layers), "--rows", str(args.rows),
                 "--reps", str(args.reps), "--prompt-len", str(args.prompt_len),
-                "--dtype", args.dtype,
+                "--dtype", args.dtype, *(["--no-xla-peak"] if args.no_xla_peak else []),
             ]  # fmt: skip
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode:

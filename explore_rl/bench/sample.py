@@ -2,7 +2,15 @@
 BENCHMARKS.md: 8 chat prompts "What is A + B? Answer with just the number." x 8 rollouts,
 32 new tokens forced, temperature 1): generated tokens/s, prefill and decode seconds,
 FLOP/s as a fraction of the matmul peak, and the same work through transformers'
-`generate` on PyTorch CPU (needs the dev extras) in the same run.
+`generate` on PyTorch CPU (needs the dev extras) in the same run. And the decode's
+tokens/s against its memory-bandwidth bound (`common.decode_bound_s`: the weights once a
+step plus the KV slots holding tokens, at the bandwidth of a large copy measured in the
+same run).
+
+`--prompt-len P --new-tokens N --rows B [--prompts Q]`: instead, Q random P-token prompts
+each continued by B / Q rows for N forced tokens, the decode's context growing to P + N
+(e.g. a long decode: `--random-init lab-1m --prompt-len 64 --new-tokens 4096 --rows 16
+--no-peer`); with `--model ""` the preset keeps its own vocabulary (no tokenizer read).
 """
 
 from __future__ import annotations
@@ -17,12 +25,14 @@ from explore_rl.bench.common import (
     PEER_NEW,
     PEER_PROMPTS,
     benchmarked_model,
+    decode_bound_s,
     matmul_peak,
+    memory_bandwidth,
     peer_questions,
     sample_flops,
     timed,
 )
-from explore_rl.models import weights
+from explore_rl.models import presets, transformer, weights
 from explore_rl.sampling import sampler, shapes
 
 HELP = "rollout throughput on the peer workload"
@@ -33,44 +43,89 @@ def add_arguments(p) -> None:
     p.add_argument("--random-init", default="", help="a preset: random weights of its shape")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--no-peer", action="store_true", help="skip transformers' generate")
+    p.add_argument("--prompt-len", type=int, default=0, help="a random prompt (0: the peers')")
+    p.add_argument("--new-tokens", type=int, default=PEER_NEW)
+    p.add_argument("--rows", type=int, default=PEER_PROMPTS * PEER_GROUP)
+    p.add_argument("--prompts", type=int, default=1, help="random prompts the rows continue")
+    p.add_argument("--dtype", default="", choices=("", "float32", "bfloat16"))
 
 
 def check(args) -> str | None:
-    if args.random_init and not args.no_peer:
-        return "--random-init: the peer runs the real model; add --no-peer"
+    if (args.random_init or args.prompt_len) and not args.no_peer:
+        return "--random-init / --prompt-len: the peer runs the peer workload; add --no-peer"
+    peer = (args.new_tokens, args.rows) == (PEER_NEW, PEER_PROMPTS * PEER_GROUP)
+    if not args.prompt_len and not peer:
+        return "--new-tokens / --rows change a random prompt's workload: add --prompt-len"
+    if min(args.new_tokens, args.rows, args.prompts) < 1 or args.prompt_len < 0:
+        return "--prompt-len, --new-tokens, --rows and --prompts: positive counts"
+    if args.rows % args.prompts:
+        return f"--rows {args.rows}: not a whole number of groups of --prompts {args.prompts}"
+    if not args.model and not (args.random_init and args.prompt_len):
+        return '--model "": random weights of a preset (--random-init) on random prompts only'
     return None
 
 
+def _prompts(args, tok, vocab: int):
+    """(tokens, mask, rows a prompt): the peer prompts, or Q random prompts of P tokens."""
+    if not args.prompt_len:
+        rows = [tok.encode_chat([{"role": "user", "content": q}]) for q in peer_questions()]
+        return *shapes.left_pad(rows, tok.pad_id), PEER_GROUP
+    tokens = jax.random.randint(jax.random.key(1), (args.prompts, args.prompt_len), 1, vocab)
+    return tokens, jnp.ones(tokens.shape, bool), args.rows // args.prompts
+
+
+def _model(args, **dtypes):
+    """(params, cfg, tokenizer or None): `--model ""` draws the preset with its own
+    vocabulary and reads no tokenizer, its prefill scanned (as the paper configs')."""
+    if args.model:
+        return benchmarked_model(args, **dtypes)
+    cfg = presets.get_preset(args.random_init, scan_layers=True, **dtypes)  # the paper's
+    return jax.jit(lambda k: transformer.init_params(cfg, k))(jax.random.key(0)), cfg, None
+
+
 def run(args) -> dict:
-    params, cfg, tok = benchmarked_model(args)
-    rows = [tok.encode_chat([{"role": "user", "content": q}]) for q in peer_questions()]
-    tokens, mask = shapes.left_pad(rows, tok.pad_id)
-    b = PEER_PROMPTS * PEER_GROUP
-    tau = jnp.ones((b, PEER_NEW))
-    sc = sampler.SamplingConfig(PEER_NEW)  # no stop ids: 32 tokens forced, as the peers
+    dtypes = {"dtype": args.dtype, "param_dtype": args.dtype} if args.dtype else {}
+    params, cfg, tok = _model(args, **dtypes)
+    tokens, mask, group = _prompts(args, tok, cfg.vocab_size)
+    b, new = tokens.shape[0] * group, args.new_tokens
+    tau = jnp.ones((b, new))
+    sc = sampler.SamplingConfig(new)  # no stop ids: every token forced, as the peers
     keys = iter(jax.random.split(jax.random.key(0), 100))
     run = lambda: sampler.sample(params, cfg, tokens, mask, next(keys), tau, sc).tokens  # noqa: E731
-    pre = jax.jit(lambda p, t, m: sampler.prefill(p, cfg, t, m, None, b, PEER_NEW)[1])
-    each = jnp.repeat(tokens, PEER_GROUP, axis=0), jnp.repeat(mask, PEER_GROUP, axis=0)
-    peak = matmul_peak("float32")
+    pre = jax.jit(lambda p, t, m: sampler.prefill(p, cfg, t, m, None, b, new)[1])
+    each = jnp.repeat(tokens, group, axis=0), jnp.repeat(mask, group, axis=0)
+    peak, bandwidth = matmul_peak(cfg.dtype), memory_bandwidth()
     total = timed(run, reps=args.reps)
+    state, u = sampler.start(params, cfg, tokens, mask, next(keys), tau, sc, None, None)
+    decode = lambda: sampler.decode(params, cfg, state, tau, u, sc, None).tokens  # noqa: E731
+    decode_s = timed(decode, reps=args.reps)  # the loop alone: from the first token on
     prefill_s = timed(pre, params, tokens, mask, reps=args.reps)
-    unshared_s = timed(pre, params, *each, reps=args.reps)  # one prefill per row
-    flops = sample_flops(cfg, int(mask.sum()), b, tokens.shape[1], PEER_NEW)
+    # one prefill per row, against the group's shared one (the peer workload's question)
+    unshared_s = None if args.prompt_len else timed(pre, params, *each, reps=args.reps)
+    flops = sample_flops(cfg, int(mask.sum()), b, tokens.shape[1], new)
+    # new - 1 steps (the first token is the prefill's); step t attends each prompt once
+    # and t of each row's own slots
+    reads = (new - 1) * int(mask.sum()) + b * new * (new - 1) // 2
     result = {
         "bench": "sample",
         "model": args.model,
         "random_init": args.random_init,
+        "dtype": cfg.dtype,
         "rows": b,
         "prompt_len": tokens.shape[1],
-        "new_tokens": PEER_NEW,
+        "new_tokens": new,
         "seconds": round(total, 3),
         "prefill_s": round(prefill_s, 3),
-        "decode_s": round(total - prefill_s, 3),
-        "prefill_unshared_s": round(unshared_s, 3),
-        "tokens_per_s": round(b * PEER_NEW / total, 1),
+        "decode_s": round(decode_s, 3),
+        "prefill_unshared_s": unshared_s and round(unshared_s, 3),
+        "tokens_per_s": round(b * new / total, 1),
+        "decode_tokens_per_s": round(b * (new - 1) / decode_s, 1),
         "fraction_of_peak": round(flops / total / peak, 3),
+        "fraction_of_bandwidth_bound": round(
+            decode_bound_s(cfg, new - 1, reads, bandwidth) / decode_s, 3
+        ),
         "matmul_peak_gflops": round(peak / 1e9, 1),
+        "bandwidth_gbs": round(bandwidth / 1e9, 1),
     }
     if not args.no_peer:
         result.update(peer_generate(tok, args.reps))

@@ -15,6 +15,22 @@ them where it is used.
   each tile in the backward, so no [T, S] array exists in the forward or the backward:
   memory is linear in the length. Same results as `dense` up to float32 rounding of
   another summation order.
+- `fused`: the platform's kernel through `jax.nn.dot_product_attention` (cuDNN's flash
+  attention on a GPU; its XLA implementation on a CPU, which the tests check against
+  `blockwise`). It takes one causal key set whose queries are its keys (a full-sequence
+  pass: the update's forward and backward, scoring, a prompt's prefill), with key validity
+  given as lengths: each row's real tokens are gathered to its front (one [B, T] gather of
+  q, k, v and its inverse on the output), so left padding, holes and trailing padding all
+  become cuDNN's right padding (`PADDING_CAUSAL`). Other calls (decode, EDEN's appended
+  slots against a cache) take the portable path. Its residual (the log-sum-exp) carries
+  no gradient in the pinned JAX (d lse / d q is exactly 0), so merging key sets by it
+  would need a backward of its own: instead the group-shared prompt is laid out the
+  kernel's way, each row as one contiguous prompt + response sequence
+  (`rl/scoring.py`). That repeats the prompt's compute once per row (G-fold for the
+  prompt's tokens); it pays on a GPU, where the kernel never writes scores to memory and
+  skips the causal upper half, while the portable path's tiles are separate XLA ops whose
+  scores go through HBM. `auto` picks `fused` on a GPU for bfloat16 / float16 and head
+  dims cuDNN takes, `dense` / `blockwise` otherwise (`describe`).
 
 A query with no valid key in a set gets exactly what it would get without that set (a
 fully masked tile changes neither the running max, nor the sum, nor the values), so a
@@ -52,23 +68,81 @@ class Keys(NamedTuple):
     q_slot: Int[Array, "_ T"] | None = None
 
 
+def fused_kernel_available(dtype, head_dim: int) -> bool:
+    """Whether cuDNN's flash attention takes this dtype and head dim on this backend."""
+    half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+    return jax.default_backend() == "gpu" and half and head_dim % 8 == 0 and head_dim <= 128
+
+
+def uses_fused(implementation: str, dtype, head_dim: int) -> bool:
+    """Whether full-sequence passes run the fused kernel (and so want one key set a row)."""
+    return implementation == "fused" or (
+        implementation == "auto" and fused_kernel_available(dtype, head_dim)
+    )
+
+
+def describe(implementation: str, dtype, head_dim: int, block: int) -> str:
+    """What `implementation` runs on this backend, in words (printed at start-up)."""
+    portable = f"dense up to {block} queries, blockwise above"
+    if not uses_fused(implementation, dtype, head_dim):
+        return {"dense": "dense", "blockwise": "blockwise"}.get(implementation, portable)
+    kernel = "cuDNN" if fused_kernel_available(dtype, head_dim) else "XLA's"
+    return f"fused ({kernel} dot_product_attention) for full sequences; decode {portable}"
+
+
 def attention(
     q: Float[Array, "B N T H"], sets: list[Keys], implementation: str = "auto", block: int = 512
 ) -> Float[Array, "B N T H"]:
     """Softmax attention of q over the union of `sets` (in that order).
 
-    `auto` is `dense` up to `block` queries and `blockwise` above: a long prefill or the
-    update's scoring pass never holds a [T, S] score matrix. A one-query decode step is
-    dense under either (its [1, S] scores are the keys' size; a query block would pad it
-    `block`-fold).
+    `auto` is `fused` where `uses_fused` says so and the call fits the kernel (one causal
+    set, queries = keys), else `dense` up to `block` queries and `blockwise` above: a long
+    prefill or the update's scoring pass never holds a [T, S] score matrix. A one-query
+    decode step is dense under either (its [1, S] scores are the keys' size; a query block
+    would pad it `block`-fold).
     """
     b, n, t, h = q.shape
+    if uses_fused(implementation, q.dtype, h) and _fits_kernel(q, sets):
+        return _fused(q, sets[0])
     qg = q.reshape(b, sets[0].k.shape[1], n // sets[0].k.shape[1], t, h)
     if implementation == "dense" or t == 1 or (implementation == "auto" and t <= block):
         out = _dense(qg, sets)
     else:
         out = _blockwise(qg, tuple(sets), block)
     return out.reshape(b, n, t, h).astype(q.dtype)
+
+
+def _fits_kernel(q, sets) -> bool:
+    """One causal key set of the query rows whose slots are the queries' own (T = S: a
+    call that fills its whole cache writes at slot 0, so query t is slot t)."""
+    (keys,) = sets if len(sets) == 1 else (None,)
+    if keys is None or keys.q_slot is None:
+        return False
+    return keys.k.shape[0] == q.shape[0] and keys.k.shape[2] == q.shape[2] > 1
+
+
+def _fused(q: Float[Array, "B N T H"], keys: Keys) -> Float[Array, "B N T H"]:
+    """`jax.nn.dot_product_attention` (cuDNN where it takes the dtype, else XLA's) over
+    each row's real tokens, gathered to the front in their order: causal among real tokens
+    is then causal in the gathered order, and the rest is right padding (lengths)."""
+    kernel = "cudnn" if fused_kernel_available(q.dtype, q.shape[-1]) else "xla"
+    order = jnp.argsort(~keys.valid, axis=1, stable=True)  # [B, T]: real slots first
+    lengths = jnp.sum(keys.valid, axis=1, dtype=jnp.int32)
+
+    def gather(x: Array, index) -> Array:  # [B, X, T, H] -> [B, T, X, H], rows reordered
+        return jnp.take_along_axis(jnp.swapaxes(x, 1, 2), index[:, :, None, None], axis=1)
+
+    out = jax.nn.dot_product_attention(
+        gather(q, order),
+        gather(keys.k.astype(q.dtype), order),
+        gather(keys.v.astype(q.dtype), order),
+        is_causal=True,
+        query_seq_lengths=lengths,
+        key_value_seq_lengths=lengths,
+        implementation=kernel,
+    )
+    back = jnp.argsort(order, axis=1)
+    return jnp.swapaxes(jnp.take_along_axis(out, back[:, :, None, None], axis=1), 1, 2)
 
 
 def _by_key_row(x: Array, rows: int) -> Array:

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from explore_rl.models import family as family_lib
 
 _DTYPES = ("float32", "bfloat16")
-ATTENTION = ("auto", "dense", "blockwise")  # models/attention.py
+ATTENTION = ("auto", "dense", "blockwise", "fused")  # models/attention.py
 REMAT = ("none", "block", "dots")  # transformer.REMAT_POLICIES
 
 
@@ -50,7 +50,7 @@ class ModelConfig:
     param_dtype: str = "float32"
     dtype: str = "float32"
     # How to run it, for memory at long lengths (results equal up to float rounding):
-    attention: str = "auto"  # dense | blockwise | auto: blockwise past attention_block queries
+    attention: str = "auto"  # dense | blockwise | fused | auto (models/attention.py)
     attention_block: int = 512  # query and key tokens per blockwise attention tile
     remat: str = "none"  # recompute in the backward: none | block | dots (keep matmul outputs)
     # passes that fill their cache (prefills, the update) compile one layer and scan it:

@@ -444,14 +444,35 @@ def hidden_states(
     )
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _head(spec: str, hidden: Array, w: Array) -> Array:
+    """float32 logits of `hidden` and `w` (both the activation dtype): accumulated in
+    float32, with a backward whose matmuls take the activation dtype too (the float32
+    logits' cotangent rounded to it), as every other matmul of the model does: autodiff
+    would run both of the head's backward matmuls, the largest of a small model, in
+    float32 under bfloat16."""
+    return jnp.einsum(spec, hidden, w, preferred_element_type=jnp.float32)
+
+
+def _head_fwd(spec, hidden, w):
+    return _head(spec, hidden, w), (hidden, w)
+
+
+def _head_bwd(spec, residuals, ct):
+    hidden, w = residuals
+    _, vjp = jax.vjp(lambda h, w: jnp.einsum(spec, h, w), hidden, w)
+    return vjp(ct.astype(hidden.dtype))
+
+
+_head.defvjp(_head_fwd, _head_bwd)
+
+
 def lm_logits(params: dict, cfg: ModelConfig, hidden: Float[Array, "... D"]) -> Array:
     """float32 logits of final hidden states (tied or untied head), vocab over tensor."""
     if cfg.tie_embeddings:
-        w = params["embed"].astype(hidden.dtype)
-        logits = jnp.einsum("...d,vd->...v", hidden, w, preferred_element_type=jnp.float32)
+        logits = _head("...d,vd->...v", hidden, params["embed"].astype(hidden.dtype))
     else:
-        w = params["lm_head"].astype(hidden.dtype)
-        logits = jnp.einsum("...d,dv->...v", hidden, w, preferred_element_type=jnp.float32)
+        logits = _head("...d,dv->...v", hidden, params["lm_head"].astype(hidden.dtype))
     return parallel.constrain(logits, "batch", *[None] * (logits.ndim - 2), "vocab")
 
 

@@ -14,8 +14,10 @@ A step's peak is what stays resident plus the larger of its two phases:
   token, without remat: the block's inputs and normed inputs, the q/k/v projections before
   and after RoPE, the attention output, the MLP's gate, up, activation and product, and
   attention's own (dense: float32 scores and probabilities against every key the token
-  sees; blockwise: its float32 output and log-sum-exp). The backward's workspace: dense
-  attention's gradients of one layer's scores; blockwise, a tile per row. With
+  sees; blockwise or fused: its float32 output and log-sum-exp). The backward's workspace:
+  dense attention's gradients of one layer's scores; blockwise, a tile per row; the fused
+  kernel's, none (its tiles stay on chip), but it runs each row as one prompt + response
+  sequence, so the update's prompt tokens count once a row (`rl/scoring.py`). With
   `remat=block` a layer keeps its input only and the backward rebuilds one layer, and its
   cotangents, at a time (twice a layer's activations); `dots` also keeps its weight
   matmuls' outputs. The log-probs hold one chunk's (`model.logits_chunk` tokens)
@@ -44,7 +46,7 @@ import jax
 import numpy as np
 
 from explore_rl import parallel
-from explore_rl.models import family, transformer
+from explore_rl.models import attention, family, transformer
 from explore_rl.models.presets import ModelConfig
 
 GIB = 2**30
@@ -200,14 +202,16 @@ class _Sizes:
         self.n, self.k = local("heads", cfg.n_heads), local("kv_heads", cfg.n_kv_heads)
         self.f, self.v = local("mlp", cfg.d_ff), local("vocab", cfg.vocab_size)
         self.cfg = cfg
+        self.fused = attention.uses_fused(cfg.attention, cfg.jnp_dtype, cfg.head_dim)
 
     def blockwise(self, queries: int) -> bool:
         c = self.cfg
-        return c.attention == "blockwise" or (c.attention == "auto" and queries > c.attention_block)
+        long = c.attention == "auto" and queries > c.attention_block
+        return (c.attention == "blockwise" or long) and not self.fused
 
     def attention_kept(self, queries: int, keys: int) -> int:
         """What attention keeps of one query for the backward."""
-        if self.blockwise(queries):
+        if self.fused or self.blockwise(queries):
             return (self.n * self.h + self.n) * 4  # float32 output and log-sum-exp
         return 2 * self.n * keys * 4  # float32 scores and probabilities
 
@@ -221,7 +225,9 @@ class _Sizes:
     def score_gradient(self, rows: int, queries: int, keys: int) -> int:
         """Dense attention's backward: one layer's float32 gradients of its scores and
         probabilities at once."""
-        return 0 if self.blockwise(queries) else rows * self.n * queries * keys * 4 * 2
+        if self.fused or self.blockwise(queries):
+            return 0
+        return rows * self.n * queries * keys * 4 * 2
 
     def full(self, queries: int, keys: int) -> int:
         """One layer's activations of one token, as the backward needs them."""
@@ -271,16 +277,18 @@ def estimate(
     prompt_tokens = prompts * s.prompt_len
     # a layer's stream (input, normed, attention and projection outputs, residual) and its
     # MLP (gate, up, activation, product), with attention's scores: one tile, or all
-    prefill = prompt_tokens * (5 * z.d + 4 * z.f) * a + (
-        z.attention_tile(prompts, s.prompt_len, s.prompt_len) // 3
-        if z.blockwise(s.prompt_len)
-        else prompt_tokens * z.n * s.prompt_len * 4 * 2
-    )
+    prefill = prompt_tokens * (5 * z.d + 4 * z.f) * a
+    if not z.fused:
+        prefill += (
+            z.attention_tile(prompts, s.prompt_len, s.prompt_len) // 3
+            if z.blockwise(s.prompt_len)
+            else prompt_tokens * z.n * s.prompt_len * 4 * 2
+        )
     sampling = decode * z.v * 4 * 3
     u_prompts, u_rows = local("batch", s.update_prompts), local("batch", s.update_rows)
     length = s.update_length or s.new_tokens
     keys = s.prompt_len + length  # what a response token sees
-    p_tok, r_tok = u_prompts * s.prompt_len, u_rows * length
+    p_tok, r_tok = (u_rows if z.fused else u_prompts) * s.prompt_len, u_rows * length
     acts = z.layers * (p_tok * z.kept(s.prompt_len, s.prompt_len) + r_tok * z.kept(length, keys))
     workspace = max(
         z.attention_tile(u_prompts, s.prompt_len, s.prompt_len),

@@ -7,6 +7,11 @@ response token t comes from the hidden state before it: the prompt's last positi
 t = 0, response position t - 1 after. The update (`train_step`) differentiates `score`;
 ASE and ExTra read hidden states with `readout`.
 
+Where full-sequence passes run the fused attention kernel (`attention.uses_fused`: a GPU
+in bfloat16), which takes one key set a row, each row is instead laid out as one
+contiguous prompt + response sequence: the prompt's compute is repeated once per row, for
+a kernel that keeps no scores in memory (`models/attention.py` says when that pays).
+
 Dimension letters: Q prompts, G rollouts per prompt, B = Q x G rows, L prompt length,
 T response length, D model.
 """
@@ -17,35 +22,57 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from explore_rl.models import transformer
+from explore_rl.models import attention, transformer
 from explore_rl.models.presets import ModelConfig
 from explore_rl.sampling import sampler, shapes
 
 
 def _continue_prompts(params, cfg, prompts, prompt_mask, inputs, mask, interventions=None):
-    """The decoder over Q prompts (one forward each, as the sampler prefills them) and
-    the B = Q x G rows continuing them (row b after prompt b // G, its keys read from the
-    shared prefix): (each prompt's last hidden state [Q, D], the rows' output), no logits."""
+    """The decoder over Q prompts and the B = Q x G rows continuing them (row b after
+    prompt b // G): (each row's prompt's last hidden state [B, D], the rows' output over
+    `inputs`), no logits. Shared (one forward a prompt, its keys the rows' shared prefix)
+    or, for the fused kernel, one contiguous sequence a row."""
     q, (b, t) = prompts.shape[0], inputs.shape
-    prompt_mask = prompt_mask.astype(bool)
+    prompt_mask, mask = prompt_mask.astype(bool), mask.astype(bool)
+    start = jnp.repeat(jnp.sum(prompt_mask, axis=1), b // q)[:, None]
+    positions = start + jnp.arange(t)[None]  # a response's, whatever its mask
+    args = (params, cfg, prompts, prompt_mask, inputs, positions, mask, interventions)
+    if attention.uses_fused(cfg.attention, cfg.jnp_dtype, cfg.head_dim):
+        return _contiguous(*args)
+    return _shared(*args)
+
+
+def _shared(params, cfg, prompts, prompt_mask, inputs, positions, mask, interventions):
+    """Each prompt once (as the sampler prefills it), its keys its rows' shared prefix."""
+    q, b, t = prompts.shape[0], *inputs.shape
     rows = shapes.grouped_rows(q, b)
     prefix, last = sampler.prefill_prompts(params, cfg, prompts, prompt_mask, interventions, rows)
-    start = jnp.repeat(jnp.sum(prompt_mask, axis=1), b // q)[:, None]
     cache = transformer.init_cache(cfg, b, t, prefix=prefix)
+    out = transformer.hidden_states(params, cfg, inputs, positions, mask, cache, interventions)
+    return jnp.repeat(last, b // q, axis=0), out
+
+
+def _contiguous(params, cfg, prompts, prompt_mask, inputs, positions, mask, interventions):
+    """Each row as its prompt (left-padded) then its inputs, one sequence, no cache."""
+    each = lambda x: jnp.repeat(x, inputs.shape[0] // prompts.shape[0], axis=0)  # noqa: E731
     out = transformer.hidden_states(
-        params, cfg, inputs, start + jnp.arange(t)[None], mask.astype(bool), cache, interventions
+        params, cfg, jnp.concatenate([each(prompts), inputs], axis=1),
+        jnp.concatenate([each(transformer.positions_from_mask(prompt_mask)), positions], 1),
+        jnp.concatenate([each(prompt_mask), mask], axis=1), None, interventions,
+    )  # fmt: skip
+    n = prompts.shape[1]
+    response = lambda x: None if x is None else x[:, n:]  # noqa: E731
+    return out.hidden[:, n - 1], out.replace(
+        hidden=response(out.hidden), readout=response(out.readout)
     )
-    return last, out
 
 
 def score(params: dict, cfg: ModelConfig, prompts, prompt_mask, tokens, mask, temperature=1.0):
     """log pi(token) and the entropy of pi at each response position, [B, T] each, pi =
     softmax(logits / temperature) (the score temperature: `LossConfig.score_temperature`).
     No [B, T, V] logits are held (`transformer.token_logprobs`)."""
-    g = tokens.shape[0] // prompts.shape[0]
     last, out = _continue_prompts(params, cfg, prompts, prompt_mask, tokens[:, :-1], mask[:, :-1])
-    first = jnp.repeat(last[:, None], g, axis=0)
-    hidden = jnp.concatenate([first, out.hidden], axis=1)
+    hidden = jnp.concatenate([last[:, None], out.hidden], axis=1)
     return transformer.token_logprobs(params, cfg, hidden, tokens, temperature)
 
 

@@ -31,7 +31,7 @@ from explore_rl.data import sharded, tasks
 from explore_rl.evaluation.evaluate import fit_held_out, run_keys
 from explore_rl.exploration import base as exploration
 from explore_rl.logs import flatten
-from explore_rl.models import family
+from explore_rl.models import attention, family
 from explore_rl.models.presets import ModelConfig
 from explore_rl.models.tokenizer import Tokenizer
 from explore_rl.rewards.math import Verifier
@@ -217,8 +217,10 @@ def what_runs(run: Run, workdir: str, step: int) -> str:
         f"(eval.samples={s.eval.samples} per question), every {every} steps and after the last"
         if every and run.test_sets else "off"
     )  # fmt: skip
+    attend = attention.describe(cfg.attention, cfg.jnp_dtype, cfg.head_dim, cfg.attention_block)
     return "\n".join([
         f"model: {model}",
+        f"attention: {attend} (model.attention={cfg.attention}, {cfg.dtype})",
         f"task: {source}: {len(run.train_set)} training problems; held out: {held_out}",
         f"prompts: {prompts_said(run)}",
         f"reward: {s.reward.fn.describe()}",
