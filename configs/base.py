@@ -87,6 +87,13 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.model.logits_chunk = (
         2048  # tokens (a device's rows x positions) whose logits are held at once
     )
+    # LoRA (docs/lora.md): low-rank adapters x A B beside the frozen base's linear layers,
+    # only they train (Hu et al. 2021); rank 0 = full fine-tuning
+    c.model.lora = ConfigDict()
+    c.model.lora.rank = 0
+    c.model.lora.alpha = 32.0  # the update is scaled by alpha / rank (PEFT's lora_alpha)
+    c.model.lora.rslora = False  # scale by alpha / sqrt(rank) instead (rsLoRA)
+    c.model.lora.targets = "q,k,v,o,gate,up,down"  # comma-separated: the weights adapted
 
     c.task = ConfigDict()
     c.task.name = "arithmetic"  # a registered task: arithmetic (in code) | jsonl (dataset files)

@@ -25,6 +25,7 @@ from explore_rl.checkpoint import best_alias
 from explore_rl.data import jsonl, tasks
 from explore_rl.exploration import base as exploration
 from explore_rl.models import weights
+from explore_rl.models.lora import LoraConfig
 from explore_rl.models.tokenizer import PromptFormat
 from explore_rl.rewards import registry as rewards
 from explore_rl.rl import advantages, losses
@@ -148,7 +149,7 @@ def resolve(c: ConfigDict) -> RunSpec:
     rw = c.reward
     return RunSpec(
         seed=c.seed,
-        model=_section(ModelSpec, c.model),
+        model=_section(ModelSpec, c.model, lora=lora_config(c)),
         task=_section(TaskSpec, c.task, name=task_name(c), own=task_settings(c)),
         reward=RewardSpec(
             rewards.build(rw), extractors(c), rw.format_weight, rw.workers, rw.timeout, rw.memory_mb
@@ -175,6 +176,15 @@ def resolve(c: ConfigDict) -> RunSpec:
         record=json.loads(resolved(c).to_json()),
         wandb=wandb_settings(c),
     )
+
+
+def lora_config(c: ConfigDict) -> LoraConfig | None:
+    """`model.lora.*` as the model's adapters (rank 0: none, every weight trains)."""
+    lc = c.model.lora
+    if lc.rank == 0:
+        return None
+    targets = tuple(t.strip() for t in lc.targets.split(",") if t.strip())
+    return LoraConfig(lc.rank, float(lc.alpha), targets, lc.rslora)
 
 
 def task_settings(c: ConfigDict):

@@ -1,0 +1,135 @@
+"""LoRA adapters (models/lora.py): the forward with adapters, their gradients, what trains,
+and PEFT's format in and out."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from explore_rl.models import family, lora, presets, transformer
+from explore_rl.models.lora import LoraConfig
+
+
+def _setup(name="tiny-qwen2", rank=2, targets=lora.ALL_TARGETS, rslora=False, **kw):
+    cfg = presets.get_preset(name, **kw)
+    cfg = cfg.replace(lora=LoraConfig(rank, alpha=3.0, targets=targets, rslora=rslora))
+    base = transformer.init_params(cfg, jax.random.key(0))
+    return cfg, base, lora.init(cfg, jax.random.key(1))
+
+
+def _batch(cfg, b=2, t=6):
+    tokens = jax.random.randint(jax.random.key(2), (b, t), 0, cfg.vocab_size)
+    mask = jnp.ones((b, t), bool).at[0, :2].set(False)
+    return tokens, transformer.positions_from_mask(mask), mask
+
+
+def _nonzero_b(adapters, key=3):
+    """Adapters whose B is random (a trained adapter), so every term is exercised."""
+    leaves, tree = jax.tree.flatten_with_path(adapters)
+    keys = jax.random.split(jax.random.key(key), len(leaves))
+    out = [
+        0.1 * jax.random.normal(k, x.shape) if p[-1].key.endswith(family.LORA_B) else x
+        for k, (p, x) in zip(keys, leaves)
+    ]
+    return jax.tree.unflatten(tree, out)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3"])
+def test_new_adapters_leave_the_base_model_bit_for_bit(name):
+    cfg, base, adapters = _setup(name)
+    tokens, pos, mask = _batch(cfg)
+    plain = transformer.forward(base, cfg, tokens, pos, mask).logits
+    adapted = transformer.forward(lora.attach(base, adapters), cfg, tokens, pos, mask).logits
+    np.testing.assert_array_equal(np.asarray(adapted), np.asarray(plain))
+
+
+def test_adapters_init_as_peft_does():
+    cfg, _, adapters = _setup(rank=4)
+    a, b = adapters["layers"][0]["q_lora_a"], adapters["layers"][0]["q_lora_b"]
+    assert a.shape == (cfg.d_model, 4) and b.shape == (4, cfg.n_heads, cfg.head_dim)
+    assert a.dtype == jnp.float32 and not np.any(np.asarray(b))
+    bound = 1 / np.sqrt(cfg.d_model)  # kaiming_uniform_(a=sqrt(5)) on [r, in]
+    assert np.abs(np.asarray(a)).max() <= bound and np.abs(np.asarray(a)).max() > 0.8 * bound
+    o = adapters["layers"][0]["o_lora_a"]  # o's input is every head's output
+    assert o.shape == (cfg.n_heads, cfg.head_dim, 4)
+
+
+def _merged_loss_grads(cfg, base, adapters, tokens, pos, mask):
+    """d loss / dA, dB through the merged weight W' = W + s A B by the chain rule:
+    dA = s dW' B^T, dB = s A^T dW' (the weight's input dims flattened)."""
+    merged = lora.merged(lora.attach(base, adapters), cfg)
+
+    def loss(params):
+        return jnp.sum(transformer.forward(params, cfg, tokens, pos, mask).logits ** 2) * 1e-3
+
+    g = jax.grad(loss)(merged)
+    s, out = cfg.lora.scale, []
+    for lg, ad in zip(g["layers"], adapters["layers"]):
+        layer = {}
+        for name in cfg.lora.targets:
+            a, b = ad[name + family.LORA_A], ad[name + family.LORA_B]
+            n_in = int(np.prod(a.shape[:-1]))
+            dw = np.asarray(lg[name], np.float64).reshape(n_in, -1)
+            a2, b2 = np.asarray(a, np.float64).reshape(n_in, -1), np.asarray(b, np.float64)
+            b2 = b2.reshape(b2.shape[0], -1)
+            layer[name + family.LORA_A] = (s * dw @ b2.T).reshape(a.shape)
+            layer[name + family.LORA_B] = (s * a2.T @ dw).reshape(b.shape)
+        out.append(layer)
+    return loss, {"layers": out}
+
+
+def test_adapter_gradients_are_the_merged_weights_by_the_chain_rule():
+    cfg, base, adapters = _setup("tiny-qwen2", rank=3, rslora=True)
+    adapters = _nonzero_b(adapters)
+    tokens, pos, mask = _batch(cfg)
+    loss, want = _merged_loss_grads(cfg, base, adapters, tokens, pos, mask)
+    got = jax.grad(lambda ad: loss(lora.attach(base, ad)))(adapters)
+    for lg, lw in zip(got["layers"], want["layers"]):
+        for k in lw:
+            np.testing.assert_allclose(np.asarray(lg[k]), lw[k], rtol=2e-4, atol=1e-6, err_msg=k)
+
+
+def test_merged_weights_give_the_adapted_logits():
+    cfg, base, adapters = _setup("tiny-llama", rank=2, targets=("v", "o", "down"))
+    params = lora.attach(base, _nonzero_b(adapters))
+    tokens, pos, mask = _batch(cfg)
+    adapted = transformer.forward(params, cfg, tokens, pos, mask).logits
+    merged = transformer.forward(lora.merged(params, cfg), cfg, tokens, pos, mask).logits
+    np.testing.assert_allclose(np.asarray(merged), np.asarray(adapted), rtol=1e-5, atol=1e-5)
+    plain = transformer.forward(base, cfg, tokens, pos, mask).logits
+    assert not np.allclose(np.asarray(adapted), np.asarray(plain))
+
+
+def test_split_and_join_separate_adapters_from_the_base():
+    cfg, base, adapters = _setup(targets=("q",))
+    trainable, frozen = lora.split(lora.attach(base, adapters))
+    assert jax.tree.structure(trainable) == jax.tree.structure(adapters)
+    assert jax.tree.structure(frozen) == jax.tree.structure(base)
+    assert lora.split(base) == (base, None) and lora.base(base) is base
+    joined = lora.join(trainable, frozen)
+    assert set(joined["layers"][0]) == set(base["layers"][0]) | {"q_lora_a", "q_lora_b"}
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(rank=0, alpha=1.0), "rank=0: must be >= 1"),
+        (dict(rank=2, alpha=1.0, targets=("q", "lm_head")), "'lm_head' is not a linear layer"),
+        (dict(rank=2, alpha=1.0, targets=("q_bias",)), "'q_bias' is not a linear layer"),
+        (dict(rank=17, alpha=1.0, targets=("k",)), "rank=17: larger than weight 'k' (32 x 16)"),
+        (dict(rank=2, alpha=1.0, targets=("q", "q")), "need distinct weight names"),
+    ],
+)
+def test_bad_lora_settings_are_one_line(settings, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
+        presets.get_preset("tiny-qwen2").replace(lora=LoraConfig(**settings))
+    assert "\n" not in str(e.value)
+
+
+def test_every_family_adapts_its_linear_layers_and_shards_adapters_by_their_weight():
+    for fam in family.every():
+        assert set(fam.adaptable) >= set(lora.ALL_TARGETS)
+    assert family.axes("q_lora_a") == ("embed", None)
+    assert family.axes("q_lora_b") == (None, "heads", "head_dim")
+    assert family.axes("o_lora_a") == ("heads", "head_dim", None)
+    assert family.axes("down_lora_b") == (None, "embed")
