@@ -8,6 +8,9 @@ import pytest
 
 from explore_rl.models import family, lora, presets, transformer
 from explore_rl.models.lora import LoraConfig
+from explore_rl.rl import losses
+from explore_rl.rl.scoring import score
+from explore_rl.rl.train_step import Batch, OptimConfig, init_state, make_optimizer, train_step
 
 
 def _setup(name="tiny-qwen2", rank=2, targets=lora.ALL_TARGETS, rslora=False, **kw):
@@ -133,3 +136,30 @@ def test_every_family_adapts_its_linear_layers_and_shards_adapters_by_their_weig
     assert family.axes("q_lora_b") == (None, "heads", "head_dim")
     assert family.axes("o_lora_a") == ("heads", "head_dim", None)
     assert family.axes("down_lora_b") == (None, "embed")
+
+
+@pytest.mark.parametrize("param_dtype", ["float32", "bfloat16"])
+def test_only_adapters_train_and_hold_optimizer_state(param_dtype):
+    cfg, base, adapters = _setup("tiny-qwen3", rank=2, targets=("q", "v", "up"),
+                                 param_dtype=param_dtype)  # fmt: skip
+    q, g, t = 2, 3, 5
+    prompts = jax.random.randint(jax.random.key(4), (q, 4), 0, cfg.vocab_size)
+    pmask = jnp.ones((q, 4), bool)
+    tokens = jax.random.randint(jax.random.key(5), (q * g, t), 0, cfg.vocab_size)
+    mask = jnp.ones((q * g, t), bool)
+    logp, _ = score(lora.attach(base, adapters), cfg, prompts, pmask, tokens, mask)
+    batch = Batch(prompts, pmask, tokens, mask, jnp.linspace(-1.0, 1.0, q * g), logp, logp,
+                  jnp.ones(q * g))  # fmt: skip
+    oc = OptimConfig(lr=1e-2)
+    opt = make_optimizer(oc)
+    state = init_state(lora.attach(jax.tree.map(jnp.copy, base), adapters), opt)
+    n_adapter = sum(x.size for x in jax.tree.leaves(adapters))
+    moments = [x for x in jax.tree.leaves(state.opt_state) if x.ndim]
+    assert sum(x.size for x in moments) == 2 * n_adapter  # Adam's mu and nu, adapters only
+    state, metrics = train_step(state, batch, cfg, losses.LossConfig(), oc, opt)
+    assert int(state.skipped) == 0 and float(metrics["train/grad_norm"]) > 0
+    trained, frozen = lora.split(state.params)
+    for a, b in zip(jax.tree.leaves(frozen), jax.tree.leaves(base)):
+        assert a.dtype == b.dtype and np.array_equal(np.asarray(a), np.asarray(b))
+    b_after = trained["layers"][0]["up_lora_b"]
+    assert b_after.dtype == jnp.float32 and np.abs(np.asarray(b_after)).max() > 1e-3

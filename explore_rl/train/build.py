@@ -31,7 +31,7 @@ from explore_rl.data import sharded, tasks
 from explore_rl.evaluation.evaluate import fit_held_out, run_keys
 from explore_rl.exploration import base as exploration
 from explore_rl.logs import flatten
-from explore_rl.models import family
+from explore_rl.models import family, lora
 from explore_rl.models.presets import ModelConfig
 from explore_rl.models.tokenizer import Tokenizer
 from explore_rl.rewards.math import Verifier
@@ -66,7 +66,7 @@ class Run:
     key: jax.Array  # step s samples with fold_in(key, s)
     eval_key: jax.Array  # evaluation after step s: fold_in(eval_key, s)
     explorers: list = dataclasses.field(default_factory=list)
-    ref_params: dict | None = None  # frozen reference policy, when rl.kl_coef > 0
+    ref_params: dict | None = None  # a full run's frozen reference policy (rl.kl_coef > 0)
     workdir: str | None = None
     mesh: Mesh | None = None  # where the update's batch rows are sharded
     longest_prompt: int = 0  # tokens of the longest training prompt
@@ -112,6 +112,13 @@ class Run:
             longest_prompt=joined.longest,
             longest_eval_prompt=eval_longest,
         )
+
+    def reference(self, params) -> dict | None:
+        """The KL term's reference policy (None: no KL term): a LoRA run's base itself,
+        its params without the adapters (no second copy), else the starting weights."""
+        if not self.spec.loss.kl_coef:
+            return None
+        return lora.base(params) if self.cfg.lora else self.ref_params
 
     def context(self, params, step: int) -> exploration.StepContext:
         return exploration.StepContext(
@@ -170,9 +177,21 @@ def start(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mesh
             run.memory_estimate,
         )  # fmt: skip
     params = spec.model.load_params(spec.seed, cfg, parallel.placer(mesh, family.axes))
-    run.ref_params = jax.tree.map(jnp.copy, params) if spec.loss.kl_coef else None
+    if cfg.lora:
+        params = lora.attach(params, new_adapters(spec, cfg, mesh))
+    elif spec.loss.kl_coef:
+        run.ref_params = jax.tree.map(jnp.copy, params)
     state = parallel.create(init_state, mesh, family.axes, params, run.optimizer)
     return run, _resume(run, ckpt, step, state, mesh), ckpt
+
+
+def new_adapters(spec: RunSpec, cfg: ModelConfig, mesh: Mesh) -> dict:
+    """A LoRA run's starting adapters on `mesh` (`models/lora.py`), drawn from the seed."""
+    key = jax.random.fold_in(jax.random.key(spec.seed), _ADAPTER_STREAM)
+    return parallel.place(lora.init(cfg, key), mesh, family.axes)
+
+
+_ADAPTER_STREAM = 0x10A  # the seed's stream for new adapters, apart from its other draws
 
 
 def _resume(run: Run, ckpt: Checkpointer, step: int, state, mesh: Mesh) -> Progress:
