@@ -218,6 +218,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.export.step = 0  # the checkpoint step of the run directory; 0 = the newest
     c.export.dtype = ""  # "" = the original checkpoint's | float32 | bfloat16 | float16
     c.export.max_shard_gb = 5.0  # safetensors shards (and an index) past this size
+    c.export.format = "hf"  # hf: a model folder (LoRA merged) | peft: a LoRA run's adapters
 
     c.sft = ConfigDict()  # --mode sft: train.*, optim.*, eval.* as for RL, on these examples
     # (prompt, response) pairs per optimizer step: the task's problems with a solution

@@ -140,6 +140,9 @@ def spec(c: ConfigDict, mode: str = "train") -> RunSpec:
         train, test = jsonl.files(out.task)
         named = [p for p in (train, *test) if p and os.path.isfile(p)]  # folders: by name only
         out.record["task"]["digests"] = {p: caching.file_digest(p) for p in named}
+    if out.model.lora and not out.model.random_init:  # a LoRA checkpoint holds no base
+        files = weights.weight_files(out.model.path)
+        out.record["model"]["base_digests"] = {p: caching.file_digest(p) for p in files}
     return out
 
 
@@ -211,7 +214,7 @@ def _check(ok: bool, message: str):
 def validate(c: ConfigDict, update: bool = True) -> None:
     """Every value and combination no run can use, one line naming it (`spec` runs it);
     the update's batch only where the mode updates (`update`)."""
-    checks = [_check_task, _check_schedule, _check_eval_and_reward, _check_sample]
+    checks = [_check_task, _check_schedule, _check_eval_and_reward, _check_sample, _check_export]
     for check in ([_check_batch] if update else []) + checks:
         check(c)
     _check_paths(c)
@@ -305,6 +308,12 @@ def _check_eval_and_reward(c: ConfigDict) -> None:
         f"reward.workers={rw.workers} must be >= 1, reward.timeout={rw.timeout} "
         f"> 0, reward.memory_mb={rw.memory_mb} >= 0",
     )
+
+
+def _check_export(c: ConfigDict) -> None:
+    f = c.export.format
+    _check(f in ("hf", "peft"), f"export.format={f!r}: allowed 'hf', 'peft'")
+    _check(f == "hf" or c.model.lora.rank, "export.format=peft: model.lora.rank=0 (no adapters)")
 
 
 def _check_sample(c: ConfigDict) -> None:

@@ -194,6 +194,7 @@ class ExportSpec:
     step: int
     dtype: str
     max_shard_gb: float
+    format: str  # hf: a model folder (LoRA merged in) | peft: a LoRA run's adapter folder
 
 
 @frozen

@@ -5,9 +5,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import (
+    assert_float32_close,
+    forward,
+    left_padded_batch,
+    make_hf_checkpoint,
+    torch_logits,
+)
 
-from explore_rl.models import family, lora, presets, transformer
+from explore_rl.models import family, lora, presets, transformer, weights
 from explore_rl.models.lora import LoraConfig
+from explore_rl.models.transformer import positions_from_mask
 from explore_rl.rl import losses
 from explore_rl.rl.scoring import score
 from explore_rl.rl.train_step import Batch, OptimConfig, init_state, make_optimizer, train_step
@@ -163,3 +171,54 @@ def test_only_adapters_train_and_hold_optimizer_state(param_dtype):
         assert a.dtype == b.dtype and np.array_equal(np.asarray(a), np.asarray(b))
     b_after = trained["layers"][0]["up_lora_b"]
     assert b_after.dtype == jnp.float32 and np.abs(np.asarray(b_after)).max() > 1e-3
+
+
+def _peft_model(folder, variant):
+    """A tiny HF checkpoint of `variant` in `folder` and ours: (torch model, params, cfg)."""
+    torch_model = make_hf_checkpoint(folder, variant)
+    params, cfg = weights.load_hf(folder)
+    return torch_model, params, cfg
+
+
+def _logits_pair(peft_model, params, cfg):
+    rng = np.random.default_rng(0)
+    tokens, mask = left_padded_batch(rng, [7, 4], cfg.vocab_size, 7)
+    ours = forward(params, cfg, jnp.asarray(tokens), positions_from_mask(jnp.asarray(mask)),
+                   jnp.asarray(mask)).logits  # fmt: skip
+    return np.asarray(ours)[mask], torch_logits(peft_model, tokens, mask)[mask]
+
+
+@pytest.mark.numerics
+@pytest.mark.usefixtures("highest_precision")
+@pytest.mark.parametrize("variant", ["qwen2", "llama3-scaled"])
+def test_an_exported_peft_adapter_loads_in_peft_with_our_logits(variant, tmp_path):
+    peft = pytest.importorskip("peft")
+    torch_model, base, cfg = _peft_model(str(tmp_path / "base"), variant)
+    cfg = cfg.replace(lora=LoraConfig(3, alpha=5.0, targets=("q", "k", "o", "gate", "down")))
+    params = lora.attach(base, _nonzero_b(lora.init(cfg, jax.random.key(7))))
+    lora.save_peft(str(tmp_path / "adapter"), params, cfg, str(tmp_path / "base"))
+    model = peft.PeftModel.from_pretrained(torch_model, str(tmp_path / "adapter")).eval()
+    ours, theirs = _logits_pair(model, params, cfg)
+    assert not np.allclose(ours, _logits_pair(model, base, cfg)[0], atol=1e-3)  # adapters act
+    assert_float32_close(ours, theirs, ulps=1024)
+
+
+@pytest.mark.numerics
+@pytest.mark.usefixtures("highest_precision")
+def test_an_adapter_peft_wrote_loads_in_ours_with_its_logits(tmp_path):
+    peft = pytest.importorskip("peft")
+    torch_model, base, cfg = _peft_model(str(tmp_path / "base"), "qwen3")
+    settings = peft.LoraConfig(r=2, lora_alpha=7, target_modules=["v_proj", "up_proj"],
+                               use_rslora=True, init_lora_weights=False)  # fmt: skip
+    model = peft.get_peft_model(torch_model, settings).eval()  # B random: not the base
+    model.save_pretrained(str(tmp_path / "adapter"))
+    lc = lora.read_peft_config(str(tmp_path / "adapter"), cfg)
+    assert lc == LoraConfig(2, 7.0, ("v", "up"), rslora=True)
+    cfg = cfg.replace(lora=lc)
+    params = lora.attach(base, lora.load_peft(str(tmp_path / "adapter"), cfg))
+    ours, theirs = _logits_pair(model, params, cfg)
+    assert_float32_close(ours, theirs, ulps=1024)
+    other = presets.get_preset("tiny-llama").replace(n_layers=3)  # another base model
+    with pytest.raises(ValueError, match=r"layers\.2\.self_attn\.v_proj\.lora_A\.weight is "
+                       r"missing, this model needs .* another base model"):  # fmt: skip
+        lora.load_peft(str(tmp_path / "adapter"), other.replace(lora=lc))

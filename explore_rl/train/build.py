@@ -194,15 +194,26 @@ def new_adapters(spec: RunSpec, cfg: ModelConfig, mesh: Mesh) -> dict:
 _ADAPTER_STREAM = 0x10A  # the seed's stream for new adapters, apart from its other draws
 
 
+def checkpointed(progress: Progress) -> Progress:
+    """What a checkpoint holds of `progress`: a LoRA run's adapters and their moments, not
+    its frozen base (read again from `model.path`, which config.json names with its
+    files' digests, so a resume on another base is refused: `check_same_run`)."""
+    trainable, _ = lora.split(progress.state.params)
+    return progress.replace(state=progress.state.replace(params=trainable))
+
+
 def _resume(run: Run, ckpt: Checkpointer, step: int, state, mesh: Mesh) -> Progress:
     """The progress restored from `step`, or from the newest intact step before it when
     `step` cannot be read (set aside, one line each); a fresh one when none is left."""
     ctx = run.context(state.params, 0)
+    frozen = lora.split(state.params)[1]
     while step:
         states = {ex.name: ex.template(ctx) for ex in run.explorers}
         like = placed(Progress(state, jnp.zeros((), jnp.int32), states), mesh)
         try:
-            return ckpt.restore(step, like)
+            saved = ckpt.restore(step, checkpointed(like))
+            params = lora.join(saved.state.params, frozen)
+            return saved.replace(state=saved.state.replace(params=params))
         except checkpoint_lib.Damaged as e:
             ckpt.set_aside(step, str(e))
             step = ckpt.newest_intact()
