@@ -94,6 +94,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.model.lora.alpha = 32.0  # the update is scaled by alpha / rank (PEFT's lora_alpha)
     c.model.lora.rslora = False  # scale by alpha / sqrt(rank) instead (rsLoRA)
     c.model.lora.targets = "q,k,v,o,gate,up,down"  # comma-separated: the weights adapted
+    c.model.lora.path = ""  # start from a PEFT adapter folder (its rank, alpha and targets)
 
     c.task = ConfigDict()
     c.task.name = "arithmetic"  # a registered task: arithmetic (in code) | jsonl (dataset files)

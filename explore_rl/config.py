@@ -24,7 +24,7 @@ from explore_rl.answers import EXTRACTORS
 from explore_rl.checkpoint import best_alias
 from explore_rl.data import jsonl, tasks
 from explore_rl.exploration import base as exploration
-from explore_rl.models import weights
+from explore_rl.models import lora, weights
 from explore_rl.models.lora import LoraConfig
 from explore_rl.models.tokenizer import PromptFormat
 from explore_rl.rewards import registry as rewards
@@ -152,7 +152,7 @@ def resolve(c: ConfigDict) -> RunSpec:
     rw = c.reward
     return RunSpec(
         seed=c.seed,
-        model=_section(ModelSpec, c.model, lora=lora_config(c)),
+        model=_section(ModelSpec, c.model, lora=lora_config(c), lora_path=c.model.lora.path),
         task=_section(TaskSpec, c.task, name=task_name(c), own=task_settings(c)),
         reward=RewardSpec(
             rewards.build(rw), extractors(c), rw.format_weight, rw.workers, rw.timeout, rw.memory_mb
@@ -182,8 +182,12 @@ def resolve(c: ConfigDict) -> RunSpec:
 
 
 def lora_config(c: ConfigDict) -> LoraConfig | None:
-    """`model.lora.*` as the model's adapters (rank 0: none, every weight trains)."""
+    """`model.lora.*` as the model's adapters (rank 0: none, every weight trains), or
+    those of the PEFT adapter folder `model.lora.path` (whose settings are its own)."""
     lc = c.model.lora
+    if lc.path:
+        _check(lc.rank == 0, f"model.lora.rank={lc.rank}: model.lora.path sets the adapters' own")
+        return lora.read_peft_config(lc.path)
     if lc.rank == 0:
         return None
     targets = tuple(t.strip() for t in lc.targets.split(",") if t.strip())
@@ -313,7 +317,8 @@ def _check_eval_and_reward(c: ConfigDict) -> None:
 def _check_export(c: ConfigDict) -> None:
     f = c.export.format
     _check(f in ("hf", "peft"), f"export.format={f!r}: allowed 'hf', 'peft'")
-    _check(f == "hf" or c.model.lora.rank, "export.format=peft: model.lora.rank=0 (no adapters)")
+    has = c.model.lora.rank or c.model.lora.path
+    _check(f == "hf" or has, "export.format=peft: model.lora.rank=0 (no adapters)")
 
 
 def _check_sample(c: ConfigDict) -> None:

@@ -56,6 +56,7 @@ class ModelSpec:
     scan_layers: bool
     logits_chunk: int
     lora: LoraConfig | None  # `model.lora.*`: adapters on a frozen base; None: full weights
+    lora_path: str  # a PEFT adapter folder the adapters start from; "": new ones
 
     def run_settings(self) -> dict:
         """The ModelConfig fields `model.*` sets (`RUN_SETTINGS`, and the adapters)."""

@@ -1,6 +1,8 @@
 """LoRA adapters (models/lora.py): the forward with adapters, their gradients, what trains,
 and PEFT's format in and out."""
 
+import shutil
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,12 +15,18 @@ from helpers import (
     torch_logits,
 )
 
+from configs import grpo
+from explore_rl import checkpoint, testing
+from explore_rl import config as config_lib
+from explore_rl.logs import read_metrics
 from explore_rl.models import family, lora, presets, transformer, weights
 from explore_rl.models.lora import LoraConfig
 from explore_rl.models.transformer import positions_from_mask
+from explore_rl.modes import export
 from explore_rl.rl import losses
 from explore_rl.rl.scoring import score
 from explore_rl.rl.train_step import Batch, OptimConfig, init_state, make_optimizer, train_step
+from explore_rl.train import build, loop
 
 
 def _setup(name="tiny-qwen2", rank=2, targets=lora.ALL_TARGETS, rslora=False, **kw):
@@ -212,7 +220,7 @@ def test_an_adapter_peft_wrote_loads_in_ours_with_its_logits(tmp_path):
                                use_rslora=True, init_lora_weights=False)  # fmt: skip
     model = peft.get_peft_model(torch_model, settings).eval()  # B random: not the base
     model.save_pretrained(str(tmp_path / "adapter"))
-    lc = lora.read_peft_config(str(tmp_path / "adapter"), cfg)
+    lc = lora.read_peft_config(str(tmp_path / "adapter"))
     assert lc == LoraConfig(2, 7.0, ("v", "up"), rslora=True)
     cfg = cfg.replace(lora=lc)
     params = lora.attach(base, lora.load_peft(str(tmp_path / "adapter"), cfg))
@@ -222,3 +230,67 @@ def test_an_adapter_peft_wrote_loads_in_ours_with_its_logits(tmp_path):
     with pytest.raises(ValueError, match=r"layers\.2\.self_attn\.v_proj\.lora_A\.weight is "
                        r"missing, this model needs .* another base model"):  # fmt: skip
         lora.load_peft(str(tmp_path / "adapter"), other.replace(lora=lc))
+
+
+def _lora_run_config(**lora_settings):
+    """The smoke run (tiny random model) with LoRA, the KL term on, mixed groups at every
+    step (so the adapters, their moments and the data position all move)."""
+    c = grpo.get_config("smoke")
+    c.reward.fn = testing.PARITY
+    c.train.steps, c.train.checkpoint_every, c.train.eval_every = 4, 2, 0
+    c.rl.kl_coef = 0.05
+    c.model.lora.rank, c.model.lora.targets = 2, "q,v,o,up"
+    c.optim.lr = 1e-2
+    for k, v in lora_settings.items():
+        c.model.lora[k] = v
+    return c
+
+
+@pytest.mark.slow
+def test_a_lora_run_resumes_exactly_checkpoints_adapters_and_exports_both_ways(tmp_path):
+    straight = loop.train(config_lib.spec(_lora_run_config()), str(tmp_path / "a"))
+    skip_step_4 = lambda folder, names: ["4", "4.sha256"] if folder.endswith("checkpoints") else []  # noqa: E501, E731
+    shutil.copytree(tmp_path / "a", tmp_path / "b", ignore=skip_step_4)
+    resumed = loop.train(config_lib.spec(_lora_run_config()), str(tmp_path / "b"))
+    a, b = read_metrics(str(tmp_path / "a")), read_metrics(str(tmp_path / "b"))
+    drop = ("time/", "perf/")
+    for ra, rb in zip(a, b, strict=True):
+        assert {k: v for k, v in ra.items() if not k.startswith(drop)} == {
+            k: v for k, v in rb.items() if not k.startswith(drop)
+        }
+    leaves = zip(jax.tree.leaves(straight.state), jax.tree.leaves(resumed.state), strict=True)
+    assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in leaves)
+    assert a[0]["groups/zero_adv_frac"] < 1 and all(r["groups/zero_adv_frac"] < 1 for r in a[2:])
+    trained = straight.state.params
+    assert np.abs(np.asarray(trained["layers"][0]["up_lora_b"])).max() > 0  # adapters moved
+
+    # the checkpoint holds the adapters alone: no base weight is in it
+    folder = str(tmp_path / "a" / "checkpoints")
+    with pytest.raises(ValueError, match="no state/params/embed in the checkpoint"):
+        checkpoint.restore_subset(folder, 4, {"state": {"params": lora.base(trained)}})
+
+    # another rank on resume is another run: refused before any weight is read
+    with pytest.raises(ValueError, match=r"model\.lora\.rank: 2 -> 4"):
+        loop.train(config_lib.spec(_lora_run_config(rank=4)), str(tmp_path / "a"))
+
+    # PEFT out, then a new run's start from it: the trained adapters, as they were
+    c = _lora_run_config()
+    c.eval.checkpoint, c.export.format = str(tmp_path / "a"), "peft"
+    export.run_export(config_lib.spec(c, "export"), str(tmp_path / "peft"))
+    c = _lora_run_config(rank=0, path=str(tmp_path / "peft"))
+    spec = config_lib.spec(c)
+    cfg, _ = spec.model.config()
+    started = build.new_adapters(spec, cfg, spec.mesh.make())
+    for x, y in zip(jax.tree.leaves(started), jax.tree.leaves(lora.split(trained)[0])):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+    # the merged model: a plain HF folder whose logits are the adapted model's
+    c = _lora_run_config()
+    c.eval.checkpoint = str(tmp_path / "a")
+    export.run_export(config_lib.spec(c, "export"), str(tmp_path / "hf"))
+    merged, plain_cfg, _ = weights.load(str(tmp_path / "hf"))
+    assert plain_cfg.lora is None and not lora.split(merged)[1]
+    tokens, pos, mask = _batch(plain_cfg)
+    want = forward(trained, cfg, tokens, pos, mask).logits
+    got = forward(merged, plain_cfg, tokens, pos, mask).logits
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)

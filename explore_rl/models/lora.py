@@ -166,9 +166,9 @@ def _peft_names(cfg, i: int, name: str) -> tuple[str, str]:
     return f"{prefix}.lora_A.weight", f"{prefix}.lora_B.weight"
 
 
-def _module(cfg, name: str) -> str:
-    """PEFT's `target_modules` entry of weight `name` ("q_proj")."""
-    return family.get(cfg.family).layer[name].hf.removesuffix(".weight").rsplit(".", 1)[-1]
+def _module(w: family.Weight) -> str:
+    """PEFT's `target_modules` entry of layer weight `w` ("q_proj")."""
+    return w.hf.removesuffix(".weight").rsplit(".", 1)[-1]
 
 
 def save_peft(folder: str, params: dict, cfg, base_model: str) -> None:
@@ -196,7 +196,7 @@ def save_peft(folder: str, params: dict, cfg, base_model: str) -> None:
         "r": lora.rank,
         "lora_alpha": lora.alpha,
         "use_rslora": lora.rslora,
-        "target_modules": [_module(cfg, n) for n in lora.targets],
+        "target_modules": [_module(family.get(cfg.family).layer[n]) for n in lora.targets],
         "lora_dropout": 0.0,
         "bias": "none",
         "fan_in_fan_out": False,
@@ -206,9 +206,10 @@ def save_peft(folder: str, params: dict, cfg, base_model: str) -> None:
         json.dump(config, f, indent=2)
 
 
-def read_peft_config(folder: str, cfg) -> LoraConfig:
+def read_peft_config(folder: str) -> LoraConfig:
     """The LoraConfig of a PEFT adapter folder; one line for what this code cannot read
-    (another PEFT method, biases, per-module ranks, a module the family lacks)."""
+    (another PEFT method, biases, per-module ranks, a module no family has; `check` then
+    holds it against the model's family)."""
     path = os.path.join(folder, PEFT_CONFIG)
     if not os.path.isfile(path):
         raise ValueError(f"{folder}: not a PEFT adapter folder (no {PEFT_CONFIG})")
@@ -221,18 +222,18 @@ def read_peft_config(folder: str, cfg) -> LoraConfig:
               "use_dora": bool(c.get("use_dora"))}  # fmt: skip
     if bad := [k for k, v in unread.items() if v]:
         raise ValueError(f"{path}: {bad[0]}={c.get(bad[0])!r} is not supported (plain LoRA only)")
-    by_module = {_module(cfg, n): n for n in family.get(cfg.family).adaptable}
+    by_module = {
+        _module(w): n for fam in family.every() for n, w in fam.layer.items() if w.linear_in
+    }
     modules = c.get("target_modules") or []
     modules = [modules] if isinstance(modules, str) else modules
     if missing := [m for m in modules if m not in by_module]:
         raise ValueError(
-            f"{path}: target module {missing[0]!r} is not a linear layer of family "
-            f"{cfg.family!r}: allowed {sorted(by_module)}"
+            f"{path}: target module {missing[0]!r} is not a linear layer this code knows: "
+            f"allowed {sorted(by_module)}"
         )
-    targets = tuple(n for n in ALL_TARGETS if _module(cfg, n) in modules)
-    lora = LoraConfig(int(c["r"]), float(c["lora_alpha"]), targets, bool(c.get("use_rslora")))
-    check(lora, cfg)
-    return lora
+    targets = tuple(n for n in ALL_TARGETS if n in {by_module[m] for m in modules})
+    return LoraConfig(int(c["r"]), float(c["lora_alpha"]), targets, bool(c.get("use_rslora")))
 
 
 def load_peft(folder: str, cfg) -> dict:

@@ -186,7 +186,10 @@ def start(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mesh
 
 
 def new_adapters(spec: RunSpec, cfg: ModelConfig, mesh: Mesh) -> dict:
-    """A LoRA run's starting adapters on `mesh` (`models/lora.py`), drawn from the seed."""
+    """A LoRA run's starting adapters on `mesh` (`models/lora.py`): `model.lora.path`'s,
+    or new ones drawn from the seed."""
+    if spec.model.lora_path:
+        return parallel.place(lora.load_peft(spec.model.lora_path, cfg), mesh, family.axes)
     key = jax.random.fold_in(jax.random.key(spec.seed), _ADAPTER_STREAM)
     return parallel.place(lora.init(cfg, key), mesh, family.axes)
 
