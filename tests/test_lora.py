@@ -294,3 +294,20 @@ def test_a_lora_run_resumes_exactly_checkpoints_adapters_and_exports_both_ways(t
     want = forward(trained, cfg, tokens, pos, mask).logits
     got = forward(merged, plain_cfg, tokens, pos, mask).logits
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+
+
+def test_the_memory_estimate_counts_adapters_not_the_bases_gradients_or_moments():
+    from explore_rl.rl import footprint
+
+    cfg, base, adapters = _setup("tiny-qwen2", rank=2, targets=("q", "down"))
+    sizes = footprint.StepSizes(2, 8, 16, 16, 2, 8)
+    opt = make_optimizer(OptimConfig())
+    est = lambda c: footprint.estimate(c, {"fsdp": 1}, opt, sizes, True, (2**30, "x")).terms  # noqa: E731
+    full, adapted = est(cfg.replace(lora=None)), est(cfg)
+    n_base = sum(x.size * 4 for x in jax.tree.leaves(base))
+    n_adapters = sum(x.size * 4 for x in jax.tree.leaves(adapters))
+    assert full["params"] == n_base and adapted["params"] == n_base + n_adapters
+    assert full["reference params"] == n_base and adapted["reference params"] == 0
+    assert full["gradients"] == 2 * n_base and adapted["gradients"] == 2 * n_adapters
+    # Adam's mu and nu of what trains, beside its step count
+    assert adapted["optimizer moments"] - 2 * n_adapters == full["optimizer moments"] - 2 * n_base
