@@ -26,7 +26,7 @@ from explore_rl.modes import export
 from explore_rl.rl import losses
 from explore_rl.rl.scoring import score
 from explore_rl.rl.train_step import Batch, OptimConfig, init_state, make_optimizer, train_step
-from explore_rl.train import build, loop
+from explore_rl.train import build, loop, sft
 
 
 def _setup(name="tiny-qwen2", rank=2, targets=lora.ALL_TARGETS, rslora=False, **kw):
@@ -311,3 +311,33 @@ def test_the_memory_estimate_counts_adapters_not_the_bases_gradients_or_moments(
     assert full["gradients"] == 2 * n_base and adapted["gradients"] == 2 * n_adapters
     # Adam's mu and nu of what trains, beside its step count
     assert adapted["optimizer moments"] - 2 * n_adapters == full["optimizer moments"] - 2 * n_base
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["eden", "ase", "extra", "ead"])
+def test_every_method_trains_adapters_on_a_frozen_base(method, tmp_path):
+    c = config_lib.load(f"configs/{method}.py:smoke")
+    c.model.lora.rank, c.train.steps, c.train.eval_every = 2, 2, 0
+    spec = config_lib.spec(c)
+    progress = loop.train(spec, str(tmp_path))
+    cfg, _ = spec.model.config()
+    start = spec.model.load_params(spec.seed, cfg)
+    trained, frozen = lora.split(progress.state.params)
+    assert frozen is not None and set(trained["layers"][0]) == {
+        n + s for n in lora.ALL_TARGETS for s in (family.LORA_A, family.LORA_B)
+    }
+    for a, b in zip(jax.tree.leaves(frozen), jax.tree.leaves(start), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    rows = read_metrics(str(tmp_path))
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(np.isfinite(r["train/loss"]) and r["train/skipped_updates"] == 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_sft_trains_adapters(tmp_path):
+    c = config_lib.load("configs/lab.py:sft,smoke")
+    c.model.lora.rank, c.train.steps, c.train.eval_every = 4, 2, 0
+    progress = sft.train_sft(config_lib.spec(c, "sft"), str(tmp_path))
+    trained, frozen = lora.split(progress.state.params)
+    assert frozen is not None
+    assert np.abs(np.asarray(trained["layers"][0]["down_lora_b"])).max() > 0
