@@ -2,6 +2,9 @@
 and PEFT's format in and out."""
 
 import shutil
+import subprocess
+import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +15,7 @@ from helpers import (
     forward,
     left_padded_batch,
     make_hf_checkpoint,
+    subprocess_env,
     torch_logits,
 )
 
@@ -341,3 +345,77 @@ def test_sft_trains_adapters(tmp_path):
     trained, frozen = lora.split(progress.state.params)
     assert frozen is not None
     assert np.abs(np.asarray(trained["layers"][0]["down_lora_b"])).max() > 0
+
+
+SHARDED = textwrap.dedent("""
+    import jax, jax.numpy as jnp, numpy as np
+    jax.config.update("jax_default_matmul_precision", "highest")
+    from explore_rl import caching
+    caching.enable_compilation_cache(write=False)  # as test_sharded_step.py says why
+    from explore_rl import parallel
+    from explore_rl.models import family, lora, presets, transformer
+    from explore_rl.rl import losses
+    from explore_rl.rl.scoring import score
+    from explore_rl.rl.train_step import Batch, OptimConfig, init_state, make_optimizer, train_step
+    from explore_rl.sampling.sampler import SamplingConfig, sample
+    from helpers import assert_float32_close, logit_scale
+    assert jax.device_count() == 8
+    cfg = presets.get_preset("tiny-qwen2").replace(lora=lora.LoraConfig(2, 4.0))
+    base = transformer.init_params(cfg, jax.random.key(0), scale=0.3)
+    adapters = lora.init(cfg, jax.random.key(5))
+    adapters = jax.tree_util.tree_map_with_path(  # B as trained: the adapters act
+        lambda p, x: 0.3 * jax.random.normal(jax.random.key(6), x.shape)
+        if p[-1].key.endswith(family.LORA_B) else x, adapters)
+    params = lora.attach(base, adapters)
+    q, g, t = 4, 4, 6
+    prompts = jax.random.randint(jax.random.key(1), (q, 5), 1, 64)
+    pmask = jnp.ones((q, 5), bool).at[1, :2].set(False)
+
+    def run(params, prompts, pmask):
+        temps = jnp.ones((q * g, t))
+        r = sample(params, cfg, prompts, pmask, jax.random.key(2), temps, SamplingConfig(t))
+        old, _ = score(params, cfg, prompts, pmask, r.tokens, r.mask)
+        adv = jax.random.normal(jax.random.key(3), (q * g,))
+        batch = Batch(prompts, pmask, r.tokens, r.mask, adv, r.logprobs, old, jnp.ones(q * g))
+        batch = parallel.shard_batch(batch, mesh)
+        oc, lc = OptimConfig(lr=1e-3, micro_batches=2), losses.LossConfig()
+        opt = make_optimizer(oc)
+        state = parallel.create(init_state, mesh, family.axes, jax.tree.map(jnp.copy, params), opt)
+        for _ in range(2):
+            state, m = train_step(state, batch, cfg, lc, oc, opt)
+        return r, state, m
+
+    mesh = parallel.make_mesh(devices=jax.devices()[:1])
+    r1, single, m1 = run(params, prompts, pmask)
+    src = jnp.repeat(jnp.arange(q), g)
+    z = logit_scale(params, cfg, prompts[src], pmask[src], r1.tokens, r1.mask)
+    mesh = parallel.make_mesh(data=2, fsdp=2, tensor=2)
+    with parallel.use(mesh):
+        placed = parallel.place(params, mesh, family.axes)
+        r2, sharded, m2 = run(placed, *parallel.shard_batch((prompts, pmask), mesh))
+    layer = sharded.params["layers"][1]  # adapters along their weight's axes
+    spec = lambda x: tuple(x.sharding.spec) + (None,) * (x.ndim - len(x.sharding.spec))
+    specs = {n: spec(layer[n]) for n in ("q_lora_a", "q_lora_b", "o_lora_a", "down_lora_b")}
+    assert specs == {"q_lora_a": ("fsdp", None), "q_lora_b": (None, "tensor", None),
+                     "o_lora_a": ("tensor", None, None), "down_lora_b": (None, "fsdp")}, specs
+    mu = sharded.opt_state[1][0].mu["layers"][1]["q_lora_b"]
+    assert spec(mu) == (None, "tensor", None), mu.sharding
+    assert "q" not in sharded.opt_state[1][0].mu["layers"][1]  # no moments of the base
+    np.testing.assert_array_equal(np.asarray(r1.tokens), np.asarray(r2.tokens))
+    assert_float32_close(r2.logprobs, r1.logprobs, scale=z)
+    for a, b, w in zip(jax.tree.leaves(sharded.params), jax.tree.leaves(single.params),
+                       jax.tree.leaves(params)):  # the moves, at lr's scale
+        w = np.asarray(w, np.float64)
+        assert_float32_close(np.asarray(a) - w, np.asarray(b) - w, scale=1e-3, ulps=16384)
+    print("ok")
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.numerics
+def test_sharded_lora_on_a_data_fsdp_tensor_mesh_equals_one_device():
+    out = subprocess.run(  # helpers importable
+        [sys.executable, "-c", SHARDED], env=subprocess_env(8), capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-3000:]
