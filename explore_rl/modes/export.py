@@ -97,8 +97,10 @@ def run_export(spec: RunSpec, workdir: str | None) -> str:
     mesh = spec.mesh.make()
     params, cfg, step = trained_params(spec, mesh)
     named = spec.eval.checkpoint or spec.model.path
-    if spec.export.format == "peft":
-        lora.save_peft(workdir, params, cfg, os.path.abspath(source))
+    if spec.export.format == "peft":  # the base it adapts: its folder, or how it was drawn
+        m, here = spec.model, os.path.abspath(source)
+        base = f"random {m.random_init} (seed {spec.seed})" if m.random_init else here
+        lora.save_peft(workdir, params, cfg, base)
         print(f"exported step {step} of {named}'s LoRA adapters (PEFT) to {workdir}")
         return workdir
     params = lora.merged(params, cfg)
