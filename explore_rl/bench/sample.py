@@ -22,7 +22,7 @@ from explore_rl.bench.common import (
     sample_flops,
     timed,
 )
-from explore_rl.models import weights
+from explore_rl.models import lora, weights
 from explore_rl.sampling import sampler, shapes
 
 HELP = "rollout throughput on the peer workload"
@@ -33,6 +33,9 @@ def add_arguments(p) -> None:
     p.add_argument("--random-init", default="", help="a preset: random weights of its shape")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--no-peer", action="store_true", help="skip transformers' generate")
+    p.add_argument("--lora-rank", type=int, default=0,
+                   help="LoRA adapters of this rank on every linear layer, applied unmerged; "
+                   "also times the merge once and sampling the merged weights")  # fmt: skip
 
 
 def check(args) -> str | None:
@@ -43,6 +46,10 @@ def check(args) -> str | None:
 
 def run(args) -> dict:
     params, cfg, tok = benchmarked_model(args)
+    if args.lora_rank:  # B random, as a trained adapter's: the merge is not a no-op
+        cfg = cfg.replace(lora=lora.LoraConfig(args.lora_rank, 2.0 * args.lora_rank))
+        adapters = jax.tree.map(lambda x: x + 0.01, lora.init(cfg, jax.random.key(1)))
+        params = lora.attach(params, adapters)
     rows = [tok.encode_chat([{"role": "user", "content": q}]) for q in peer_questions()]
     tokens, mask = shapes.left_pad(rows, tok.pad_id)
     b = PEER_PROMPTS * PEER_GROUP
@@ -72,6 +79,13 @@ def run(args) -> dict:
         "fraction_of_peak": round(flops / total / peak, 3),
         "matmul_peak_gflops": round(peak / 1e9, 1),
     }
+    if args.lora_rank:
+        merge = jax.jit(lambda p: lora.merged(p, cfg))
+        merged = merge(params)
+        result["lora_rank"] = args.lora_rank
+        result["merge_s"] = round(timed(merge, params, reps=args.reps), 3)
+        plain = lambda: sampler.sample(merged, cfg, tokens, mask, next(keys), tau, sc).tokens  # noqa: E731
+        result["merged_seconds"] = round(timed(plain, reps=args.reps), 3)
     if not args.no_peer:
         result.update(peer_generate(tok, args.reps))
         result["speedup_vs_peer"] = round(result["tokens_per_s"] / result["peer_tokens_per_s"], 2)
