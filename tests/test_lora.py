@@ -1,6 +1,8 @@
 """LoRA adapters (models/lora.py): the forward with adapters, their gradients, what trains,
 and PEFT's format in and out."""
 
+import functools
+import re
 import shutil
 import subprocess
 import sys
@@ -419,3 +421,24 @@ def test_sharded_lora_on_a_data_fsdp_tensor_mesh_equals_one_device():
         timeout=600,
     )  # fmt: skip
     assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"model.lora.rank": -1}, "model.lora.rank=-1: must be >= 1"),
+        ({"model.lora.rank": 2, "model.lora.targets": "q,lm_head"}, "'lm_head' is not a linear"),
+        ({"export.format": "peft"}, "export.format=peft: model.lora.rank=0 (no adapters)"),
+        ({"export.format": "gguf"}, "export.format='gguf': allowed 'hf', 'peft'"),
+        ({"model.lora.rank": 2, "model.lora.path": "x"}, "model.lora.path sets the adapters'"),
+        ({"model.lora.path": "/nonexistent"}, "not a PEFT adapter folder"),
+    ],
+)
+def test_bad_lora_config_is_one_line_before_any_work(settings, message):
+    c = grpo.get_config("smoke")
+    for key, value in settings.items():
+        section, name = key.rsplit(".", 1)
+        setattr(functools.reduce(getattr, section.split("."), c), name, value)
+    with pytest.raises(ValueError, match=re.escape(message)) as e:
+        config_lib.spec(c).model.config()  # the model's shape checks the targets and rank
+    assert "\n" not in str(e.value)
