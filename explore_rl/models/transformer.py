@@ -180,8 +180,12 @@ def apply_rope(x: Float[Array, "B X T H"], rope: tuple[Array, Array]) -> Array:
 
 def _linear(lp: dict, cfg: ModelConfig, name: str, eq: str, x: Array) -> Array:
     """x times weight `name` (einsum `eq`), plus its LoRA adapter's s (x A) B where the
-    layer has one (`models/lora.py`): applied unmerged, so the frozen base is read as it
-    is and the params without adapters are the base model."""
+    layer has one (`models/lora.py`), in the update and in rollouts alike: unmerged.
+    Merging W + s A B once per step samples faster (on a CPU 0.81x the time, merge
+    included: BENCHMARKS.md, `bench sample --lora-rank 8`) but rounds the update into
+    the weights' dtype: on a bfloat16 base a young adapter's update is below the
+    weights' resolution, so rollouts would not see it, and mu would no longer be the
+    computation pi_old is. Params without adapters are the base model."""
     y = jnp.einsum(eq, x, lp[name].astype(x.dtype))
     if name + family.LORA_A not in lp:
         return y
