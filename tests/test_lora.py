@@ -2,6 +2,7 @@
 and PEFT's format in and out."""
 
 import functools
+import json
 import re
 import shutil
 import subprocess
@@ -22,7 +23,7 @@ from helpers import (
 )
 
 from configs import grpo
-from explore_rl import checkpoint, testing
+from explore_rl import caching, checkpoint, testing
 from explore_rl import config as config_lib
 from explore_rl.logs import read_metrics
 from explore_rl.models import family, lora, presets, transformer, weights
@@ -442,3 +443,16 @@ def test_bad_lora_config_is_one_line_before_any_work(settings, message):
     with pytest.raises(ValueError, match=re.escape(message)) as e:
         config_lib.spec(c).model.config()  # the model's shape checks the targets and rank
     assert "\n" not in str(e.value)
+
+
+def test_a_lora_run_names_its_base_by_digest_and_a_resume_refuses_another(tmp_path):
+    c = grpo.get_config("smoke")
+    c.model.random_init, c.model.lora.rank = "", 2  # the embedded model's GGUF
+    spec = config_lib.spec(c)
+    ((path, digest),) = spec.record["model"]["base_digests"].items()
+    assert path == weights.embedded_model_path() and digest == caching.file_digest(path)
+    before = json.loads(json.dumps(spec.record))
+    before["model"]["base_digests"][path] = "0" * 64  # the run started on other weights
+    (tmp_path / "config.json").write_text(json.dumps(before))
+    with pytest.raises(ValueError, match=r"holds a run of another config \(model\.base_digests"):
+        build.check_same_run(spec, str(tmp_path))
