@@ -63,6 +63,7 @@ setup(
             "torch==2.13.0",
             "transformers",  # reference implementations in the tests; bench's peer
             "accelerate",
+            "peft",  # the reference for explore_rl/models/lora.py's adapter folders
             "sentence-transformers",  # the reference for explore_rl/models/minilm.py
             "nbclient",  # executes notebooks/ in the tests
             "nbformat",

@@ -87,6 +87,14 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.model.logits_chunk = (
         2048  # tokens (a device's rows x positions) whose logits are held at once
     )
+    # LoRA (docs/lora.md): low-rank adapters x A B beside the frozen base's linear layers,
+    # only they train (Hu et al. 2021); rank 0 = full fine-tuning
+    c.model.lora = ConfigDict()
+    c.model.lora.rank = 0
+    c.model.lora.alpha = 32.0  # the update is scaled by alpha / rank (PEFT's lora_alpha)
+    c.model.lora.rslora = False  # scale by alpha / sqrt(rank) instead (rsLoRA)
+    c.model.lora.targets = "q,k,v,o,gate,up,down"  # comma-separated: the weights adapted
+    c.model.lora.path = ""  # start from a PEFT adapter folder (its rank, alpha and targets)
 
     c.task = ConfigDict()
     c.task.name = "arithmetic"  # a registered task: arithmetic (in code) | jsonl (dataset files)
@@ -215,6 +223,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.export.step = 0  # the checkpoint step of the run directory; 0 = the newest
     c.export.dtype = ""  # "" = the original checkpoint's | float32 | bfloat16 | float16
     c.export.max_shard_gb = 5.0  # safetensors shards (and an index) past this size
+    c.export.format = "hf"  # hf: a model folder (LoRA merged) | peft: a LoRA run's adapters
 
     c.sft = ConfigDict()  # --mode sft: train.*, optim.*, eval.* as for RL, on these examples
     # (prompt, response) pairs per optimizer step: the task's problems with a solution

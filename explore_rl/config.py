@@ -24,7 +24,8 @@ from explore_rl.answers import EXTRACTORS
 from explore_rl.checkpoint import best_alias
 from explore_rl.data import jsonl, tasks
 from explore_rl.exploration import base as exploration
-from explore_rl.models import weights
+from explore_rl.models import lora, weights
+from explore_rl.models.lora import LoraConfig
 from explore_rl.models.tokenizer import PromptFormat
 from explore_rl.rewards import registry as rewards
 from explore_rl.rl import advantages, losses
@@ -179,6 +180,9 @@ def spec(c: ConfigDict, mode: str = "train") -> RunSpec:
         train, test = jsonl.files(out.task)
         named = [p for p in (train, *test) if p and os.path.isfile(p)]  # folders: by name only
         out.record["task"]["digests"] = {p: caching.file_digest(p) for p in named}
+    if out.model.lora and not out.model.random_init:  # a LoRA checkpoint holds no base
+        files = weights.weight_files(out.model.path)
+        out.record["model"]["base_digests"] = {p: caching.file_digest(p) for p in files}
     return out
 
 
@@ -189,7 +193,7 @@ def resolve(c: ConfigDict) -> RunSpec:
     rw = c.reward
     return RunSpec(
         seed=c.seed,
-        model=_section(ModelSpec, c.model),
+        model=_section(ModelSpec, c.model, lora=lora_config(c), lora_path=c.model.lora.path),
         task=_section(TaskSpec, c.task, name=task_name(c), own=task_settings(c)),
         reward=RewardSpec(
             rewards.build(rw), extractors(c), rw.format_weight, rw.workers, rw.timeout, rw.memory_mb
@@ -218,6 +222,19 @@ def resolve(c: ConfigDict) -> RunSpec:
     )
 
 
+def lora_config(c: ConfigDict) -> LoraConfig | None:
+    """`model.lora.*` as the model's adapters (rank 0: none, every weight trains), or
+    those of the PEFT adapter folder `model.lora.path` (whose settings are its own)."""
+    lc = c.model.lora
+    if lc.path:
+        _check(lc.rank == 0, f"model.lora.rank={lc.rank}: model.lora.path sets the adapters' own")
+        return lora.read_peft_config(lc.path)
+    if lc.rank == 0:
+        return None
+    targets = tuple(t.strip() for t in lc.targets.split(",") if t.strip())
+    return LoraConfig(lc.rank, float(lc.alpha), targets, lc.rslora)
+
+
 def task_settings(c: ConfigDict):
     """The task's own settings (`task.<name>`, its defaults where the config has none), or
     None for a task without any."""
@@ -242,7 +259,7 @@ def _check(ok: bool, message: str):
 def validate(c: ConfigDict, update: bool = True) -> None:
     """Every value and combination no run can use, one line naming it (`spec` runs it);
     the update's batch only where the mode updates (`update`)."""
-    checks = [_check_task, _check_schedule, _check_eval_and_reward, _check_sample]
+    checks = [_check_task, _check_schedule, _check_eval_and_reward, _check_sample, _check_export]
     for check in ([_check_batch] if update else []) + checks:
         check(c)
     _check_paths(c)
@@ -336,6 +353,13 @@ def _check_eval_and_reward(c: ConfigDict) -> None:
         f"reward.workers={rw.workers} must be >= 1, reward.timeout={rw.timeout} "
         f"> 0, reward.memory_mb={rw.memory_mb} >= 0",
     )
+
+
+def _check_export(c: ConfigDict) -> None:
+    f = c.export.format
+    _check(f in ("hf", "peft"), f"export.format={f!r}: allowed 'hf', 'peft'")
+    has = c.model.lora.rank or c.model.lora.path
+    _check(f == "hf" or has, "export.format=peft: model.lora.rank=0 (no adapters)")
 
 
 def _check_sample(c: ConfigDict) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 from explore_rl import parallel
 from explore_rl.data import tasks
 from explore_rl.models import weights
+from explore_rl.models.lora import LoraConfig
 from explore_rl.models.tokenizer import PromptFormat
 from explore_rl.rewards.math import Verifier
 from explore_rl.rewards.registry import Reward
@@ -54,10 +55,12 @@ class ModelSpec:
     remat: str
     scan_layers: bool
     logits_chunk: int
+    lora: LoraConfig | None  # `model.lora.*`: adapters on a frozen base; None: full weights
+    lora_path: str  # a PEFT adapter folder the adapters start from; "": new ones
 
     def run_settings(self) -> dict:
-        """The ModelConfig fields `model.*` sets (`RUN_SETTINGS`)."""
-        return {k: getattr(self, k) for k in RUN_SETTINGS}
+        """The ModelConfig fields `model.*` sets (`RUN_SETTINGS`, and the adapters)."""
+        return {**{k: getattr(self, k) for k in RUN_SETTINGS}, "lora": self.lora}
 
     def config(self):
         """(ModelConfig, Tokenizer) of the model, no weights read."""
@@ -192,6 +195,7 @@ class ExportSpec:
     step: int
     dtype: str
     max_shard_gb: float
+    format: str  # hf: a model folder (LoRA merged in) | peft: a LoRA run's adapter folder
 
 
 @frozen

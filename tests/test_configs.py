@@ -16,6 +16,7 @@ from helpers import subprocess_env
 import configs
 from configs import base, controls
 from explore_rl.exploration import base as exploration
+from explore_rl.models.lora import LoraConfig
 
 
 class _Read(Exception):
@@ -171,6 +172,7 @@ def test_the_run_spec_holds_every_field_of_the_run_once():
     c = config_lib.load("configs/eden.py:demo")
     c.exploration.methods = ("eden", "ead")
     c.rl.kl_coef, c.rl.tis_cap, c.optim.lr, c.rollout.top_k = 0.05, 2.0, 3e-6, 20  # not defaults
+    c.model.lora.rank, c.model.lora.targets = 4, "q,down"
     s = config_lib.spec(c)
     homes = {
         "model": [s.model], "task": [s.task], "rollout": [s.rollout], "train": [s.train],
@@ -179,7 +181,8 @@ def test_the_run_spec_holds_every_field_of_the_run_once():
     }  # fmt: skip
     derived = {"task.name", "task.own", "rl.score_temperature", "rl.max_response_len", "reward.fn",
                "reward.weights", "rollout.stop_ids", "eval.stop_ids", "sample.stop_ids",
-               "eval.slots", "eval.decode_chunk", "eval.top_k"}  # fmt: skip
+               "eval.slots", "eval.decode_chunk", "eval.top_k", "model.lora",
+               "model.lora_path"}  # fmt: skip
     library = (SamplingConfig, EngineConfig)  # a section's objects: their fields, by config name
     renamed = {"chunk": "decode_chunk"}
 
@@ -197,13 +200,14 @@ def test_the_run_spec_holds_every_field_of_the_run_once():
     for section, typed in homes.items():
         held = fields(section, typed)
         given = {k: v for k, v in flatten(c.to_dict()).items() if k.startswith(section + ".")}
-        given = {k: v for k, v in given.items() if k not in derived}
+        given = {k: v for k, v in given.items() if not {k, k.rsplit(".", 1)[0]} & derived}
         assert held.keys() - derived <= given.keys(), section  # no home without a field
         for key, value in given.items():
             if key == "reward.extractors":  # a comma-separated string, split once
                 assert held[key] == tuple(value.split(",")), key
             elif key not in ("reward.name",):  # the name (or fn, weights) build `reward.fn`
                 assert held[key] == value, key
+    assert s.model.lora == LoraConfig(4, c.model.lora.alpha, ("q", "down"), rslora=False)
     assert s.eval.engine == s.rollout.engine  # until a run sizes an evaluation batch's
     assert s.loss.score_temperature == 1.0 and s.loss.max_response_len == 32
     (math,) = s.reward.fn.functions

@@ -106,8 +106,11 @@ def trains(words: list[str]) -> str | None:
 
 def reads(words: list[str]) -> list[str]:
     """The run directories a command of the pages reads: a checkpoint it evaluates or exports,
-    a model folder it starts from, or the comparison folder's runs."""
-    found = [_option(words, "--config.eval.checkpoint"), _option(words, "--config.model.path")]
+    a model or adapter folder it starts from, or the comparison folder's runs."""
+    found = [
+        _option(words, k)
+        for k in ("--config.eval.checkpoint", "--config.model.path", "--config.model.lora.path")
+    ]
     if "runs/cmp/*" in words:
         found += list(CMP.values())
     if words[1:3] == ["-m", "explore_rl.analysis"]:  # the run directories it compares
@@ -141,8 +144,8 @@ def _trained(run: str, user_folder, hf_folder) -> None:
     """A run `run` of the pages (e.g. runs/demo), trained by its own command unless
     an earlier command already did (and what that command reads, first): each command
     passes when it runs alone too."""
-    if (user_folder / run / "config.json").exists():
-        return
+    if any((user_folder / run / n).exists() for n in ("config.json", "adapter_config.json")):
+        return  # a run, a model folder or a PEFT adapter folder
     writer = next(c for c in COMMANDS if trains(c) == run)
     for earlier in reads(writer):
         _trained(earlier, user_folder, hf_folder)

@@ -21,17 +21,25 @@ def add_arguments(p) -> None:
         "--fraction", type=float, default=None,
         help="share of each device JAX may use (default: XLA_PYTHON_CLIENT_MEM_FRACTION or 0.75)",
     )  # fmt: skip
+    p.add_argument("--lora-rank", type=int, default=0, help="LoRA adapters of this rank")
+    p.add_argument("--model", default="", help="another preset's shape (qwen2.5-math-7b)")
+    p.add_argument("--param-dtype", default="", help="the weights' dtype; default: the config's")
 
 
 PAPER_CONFIGS = ("grpo", "eden", "ead", "ase", "extra")
 
 
-def paper_fit(spec: str, devices: int = 8, capacity_gb: float = 80.0, fraction=None):
+def paper_fit(
+    spec: str, devices: int = 8, capacity_gb: float = 80.0, fraction=None, lora_rank: int = 0,
+    model: str = "", param_dtype: str = "",
+):  # fmt: skip
     """A config's start-up estimate on one node of `devices` x `capacity_gb`, of which
     `fraction` is usable (default `footprint.usable_fraction()`), mesh fsdp = devices, from
-    shapes only: the model is the preset its `model.path` names, the prompts as long as
-    `rollout.max_prompt_len`. Returns (the run spec as sized: its slots a count, the
-    Footprint, the settings that would make it fit: [] where it fits)."""
+    shapes only: the model is the preset its `model.path` names (or `model`; its weights in
+    `param_dtype`, default the config's), with LoRA adapters of `lora_rank` on every linear
+    layer (0: none), the prompts as long as `rollout.max_prompt_len`. Returns (the run spec
+    as sized: its slots a count, the Footprint, the settings that would make it fit: []
+    where it fits)."""
     from explore_rl import config as config_lib
     from explore_rl.exploration import base as exploration
     from explore_rl.models import presets
@@ -39,8 +47,12 @@ def paper_fit(spec: str, devices: int = 8, capacity_gb: float = 80.0, fraction=N
     from explore_rl.rl.train_step import make_optimizer
     from explore_rl.train import sizing
 
-    s = config_lib.resolve(config_lib.load(spec))
-    cfg = presets.get_preset(os.path.basename(s.model.path).lower(), **s.model.run_settings())
+    c = config_lib.load(spec)
+    c.model.lora.rank = lora_rank
+    c.model.param_dtype = param_dtype or c.model.param_dtype
+    s = config_lib.resolve(c)
+    preset = model or os.path.basename(s.model.path).lower()
+    cfg = presets.get_preset(preset, **s.model.run_settings())
     sizes = {"data": 1, "fsdp": devices, "tensor": 1}
     optimizer = make_optimizer(s.optim)
     share = footprint.usable_fraction() if fraction is None else fraction
@@ -58,12 +70,13 @@ def run(args) -> dict:
     rows = []
     for name in PAPER_CONFIGS:
         c, est, fixes = paper_fit(
-            f"configs/{name}.py:paper", args.devices, args.capacity_gb, args.fraction
-        )
+            f"configs/{name}.py:paper", args.devices, args.capacity_gb, args.fraction,
+            args.lora_rank, args.model, args.param_dtype,
+        )  # fmt: skip
         t, r = est.terms, c.rollout
         rows.append({
             "config": f"configs/{name}.py:paper",
-            "model": os.path.basename(c.model.path),
+            "model": args.model or os.path.basename(c.model.path),
             "rows": c.rollout.prompts * c.rollout.group_size,
             "prompt + response": f"{r.max_prompt_len} + {r.sampling.max_new_tokens}",
             "decode_slots": r.engine.slots or "all rows",
@@ -76,4 +89,5 @@ def run(args) -> dict:
         })  # fmt: skip
     share = footprint.usable_fraction() if args.fraction is None else args.fraction
     node = f"{args.devices} x {args.capacity_gb:g} GB, {share:g} of each usable"
-    return {"bench": "fit", "node": node, "rows": rows}
+    return {"bench": "fit", "node": node, "lora_rank": args.lora_rank,
+            "param_dtype": args.param_dtype or "the config's", "rows": rows}  # fmt: skip

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import tempfile
+import time
 
 import jax
 
@@ -57,8 +58,10 @@ def run(args) -> dict:
             if step == args.steps - 1 and before:  # the compiler's heap is not the run's
                 memory.trim()
                 reset_peak_rss()
+            t0 = time.perf_counter()
             progress, _, _ = steps.train_one_step(run, progress, step)
         jax.block_until_ready(progress)
+        last_step = time.perf_counter() - t0
     estimate = run.memory_estimate
     measured = rss_bytes("VmHWM") - before if before else device_peak_bytes()
     return {
@@ -74,6 +77,7 @@ def run(args) -> dict:
         if before
         else "peak device memory",
         "estimate_over_measured": round(estimate.peak / measured, 3),
+        "last_step_s": round(last_step, 2),  # compiled: its rollout, scoring and update
     }
 
 

@@ -32,7 +32,7 @@ from explore_rl.bench.common import (
     sample_flops,
     timed,
 )
-from explore_rl.models import presets, transformer, weights
+from explore_rl.models import lora, presets, transformer, weights
 from explore_rl.sampling import sampler, shapes
 
 HELP = "rollout throughput on the peer workload"
@@ -48,6 +48,9 @@ def add_arguments(p) -> None:
     p.add_argument("--rows", type=int, default=PEER_PROMPTS * PEER_GROUP)
     p.add_argument("--prompts", type=int, default=1, help="random prompts the rows continue")
     p.add_argument("--dtype", default="", choices=("", "float32", "bfloat16"))
+    p.add_argument("--lora-rank", type=int, default=0,
+                   help="LoRA adapters of this rank on every linear layer, applied unmerged; "
+                   "also times the merge once and sampling the merged weights")  # fmt: skip
 
 
 def check(args) -> str | None:
@@ -86,6 +89,10 @@ def _model(args, **dtypes):
 def run(args) -> dict:
     dtypes = {"dtype": args.dtype, "param_dtype": args.dtype} if args.dtype else {}
     params, cfg, tok = _model(args, **dtypes)
+    if args.lora_rank:  # B random, as a trained adapter's: the merge is not a no-op
+        cfg = cfg.replace(lora=lora.LoraConfig(args.lora_rank, 2.0 * args.lora_rank))
+        adapters = jax.tree.map(lambda x: x + 0.01, lora.init(cfg, jax.random.key(1)))
+        params = lora.attach(params, adapters)
     tokens, mask, group = _prompts(args, tok, cfg.vocab_size)
     b, new = tokens.shape[0] * group, args.new_tokens
     tau = jnp.ones((b, new))
@@ -127,6 +134,13 @@ def run(args) -> dict:
         "matmul_peak_gflops": round(peak / 1e9, 1),
         "bandwidth_gbs": round(bandwidth / 1e9, 1),
     }
+    if args.lora_rank:
+        merge = jax.jit(lambda p: lora.merged(p, cfg))
+        merged = merge(params)
+        result["lora_rank"] = args.lora_rank
+        result["merge_s"] = round(timed(merge, params, reps=args.reps), 3)
+        plain = lambda: sampler.sample(merged, cfg, tokens, mask, next(keys), tau, sc).tokens  # noqa: E731
+        result["merged_seconds"] = round(timed(plain, reps=args.reps), 3)
     if not args.no_peer:
         result.update(peer_generate(tok, args.reps))
         result["speedup_vs_peer"] = round(result["tokens_per_s"] / result["peer_tokens_per_s"], 2)

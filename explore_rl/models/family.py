@@ -133,6 +133,12 @@ class Family:
     def qk_norm(self) -> bool:
         return "q_norm" in self.layer
 
+    @property
+    def adaptable(self) -> tuple[str, ...]:
+        """The layer weights a LoRA adapter can sit beside (`models/lora.py`): its linear
+        layers, so a new family's projections take adapters with no code of their own."""
+        return tuple(n for n, w in self.layer.items() if w.linear_in)
+
     def weights(self, cfg) -> list[tuple[tuple, Weight]]:
         """(path in the params pytree, Weight) of every tensor `cfg` has, in init order."""
         top = [n for n in self.top if n != "lm_head" or not cfg.tie_embeddings]
@@ -144,6 +150,10 @@ class Family:
     def num_params(self, cfg) -> int:
         return sum(math.prod(w.dims(cfg)) for _, w in self.weights(cfg))
 
+
+# A LoRA adapter's two matrices sit in a layer's dict beside the weight `name` they adapt,
+# as `name + LORA_A` [in..., r] and `name + LORA_B` [r, out...] (`models/lora.py`).
+LORA_A, LORA_B = "_lora_a", "_lora_b"
 
 _AXES: dict[str, tuple] = {}  # weight name -> its axes, over every registered family
 _BUILT_IN: list[Family] = []  # set once the package's own family modules are imported
@@ -171,6 +181,10 @@ def register(family: Family) -> Family:
     FAMILIES.register(family.name)(family)
     for name, w in {**family.layer, **family.top}.items():
         _AXES[name] = w.axes
+    for name in family.adaptable:  # an adapter follows its weight's input / output axes
+        w = family.layer[name]
+        _AXES[name + LORA_A] = (*w.axes[: w.linear_in], None)
+        _AXES[name + LORA_B] = (None, *w.axes[w.linear_in :])
     return family
 
 

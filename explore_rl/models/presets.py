@@ -18,6 +18,7 @@ import os
 import jax.numpy as jnp
 
 from explore_rl.models import family as family_lib
+from explore_rl.models import lora as lora_lib
 
 _DTYPES = ("float32", "bfloat16")
 ATTENTION = ("auto", "dense", "blockwise", "fused")  # models/attention.py
@@ -58,9 +59,13 @@ class ModelConfig:
     scan_layers: bool = False
     # tokens (a device's rows x positions) whose [*, V] logits a log-prob pass holds at once
     logits_chunk: int = 2048
+    # low-rank adapters on the linear layers (`models/lora.py`); None: the weights alone
+    lora: lora_lib.LoraConfig | None = None
 
     def __post_init__(self):
         family_lib.get(self.family)
+        if self.lora is not None:
+            lora_lib.check(self.lora, self)
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}"

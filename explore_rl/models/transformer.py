@@ -38,7 +38,7 @@ from flax import struct
 from jaxtyping import Array, Bool, Float, Int
 
 from explore_rl import parallel
-from explore_rl.models import attention, family
+from explore_rl.models import attention, family, lora
 from explore_rl.models.attention import Keys
 from explore_rl.models.presets import ModelConfig
 
@@ -178,10 +178,25 @@ def apply_rope(x: Float[Array, "B X T H"], rope: tuple[Array, Array]) -> Array:
     return out.astype(x.dtype)
 
 
+def _linear(lp: dict, cfg: ModelConfig, name: str, eq: str, x: Array) -> Array:
+    """x times weight `name` (einsum `eq`), plus its LoRA adapter's s (x A) B where the
+    layer has one (`models/lora.py`), in the update and in rollouts alike: unmerged.
+    Merging W + s A B once per step samples faster (on a CPU 0.81x the time, merge
+    included: BENCHMARKS.md, `bench sample --lora-rank 8`) but rounds the update into
+    the weights' dtype: on a bfloat16 base a young adapter's update is below the
+    weights' resolution, so rollouts would not see it, and mu would no longer be the
+    computation pi_old is. Params without adapters are the base model."""
+    y = jnp.einsum(eq, x, lp[name].astype(x.dtype))
+    if name + family.LORA_A not in lp:
+        return y
+    a, b = lp[name + family.LORA_A], lp[name + family.LORA_B]
+    return y + lora.delta(eq, x, a, b, cfg.lora.scale)
+
+
 def _project_qkv(lp: dict, cfg: ModelConfig, x: Float[Array, "B T D"], rope):
-    q = jnp.einsum("btd,dnh->bnth", x, lp["q"].astype(x.dtype))
-    k = jnp.einsum("btd,dkh->bkth", x, lp["k"].astype(x.dtype))
-    v = jnp.einsum("btd,dkh->bkth", x, lp["v"].astype(x.dtype))
+    q = _linear(lp, cfg, "q", "btd,dnh->bnth", x)
+    k = _linear(lp, cfg, "k", "btd,dkh->bkth", x)
+    v = _linear(lp, cfg, "v", "btd,dkh->bkth", x)
     if cfg.qkv_bias:
         q = q + lp["q_bias"].astype(x.dtype)[None, :, None, :]
         k = k + lp["k_bias"].astype(x.dtype)[None, :, None, :]
@@ -193,16 +208,16 @@ def _project_qkv(lp: dict, cfg: ModelConfig, x: Float[Array, "B T D"], rope):
     return parallel.constrain(q, *_Q), parallel.constrain(k, *_KV), parallel.constrain(v, *_KV)
 
 
-def mlp(lp: dict, x: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
+def mlp(lp: dict, cfg: ModelConfig, x: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
     # On [B x T, D] rows, not [B, T, D]: XLA's CPU backward of the 3-D product writes the
     # [B x T, F] cotangent transposed for the weights' gradient, a strided copy that took a
     # fifth of the lab's update gradient; the 2-D product needs none (the gradient a
     # quarter faster: BENCHMARKS.md, `bench lab`).
     rows = x.reshape(-1, x.shape[-1])
-    gate = rows @ lp["gate"].astype(x.dtype)
-    up = rows @ lp["up"].astype(x.dtype)
+    gate = _linear(lp, cfg, "gate", "md,df->mf", rows)
+    up = _linear(lp, cfg, "up", "md,df->mf", rows)
     hidden = parallel.constrain(jax.nn.silu(gate) * up, "batch", "mlp")
-    return (hidden @ lp["down"].astype(x.dtype)).reshape(x.shape)
+    return _linear(lp, cfg, "down", "mf,fd->md", hidden).reshape(x.shape)
 
 
 @struct.dataclass
@@ -263,8 +278,8 @@ def _block(lp, cfg, x, rope, attend):
     h = rms_norm(x, lp["attn_norm"], cfg.norm_eps)
     q, k, v = _project_qkv(lp, cfg, h, rope)
     attn, k, v = attend(q, k, v)
-    x = x + jnp.einsum("bnth,nhd->btd", attn, lp["o"].astype(x.dtype))
-    x = x + mlp(lp, rms_norm(x, lp["mlp_norm"], cfg.norm_eps))
+    x = x + _linear(lp, cfg, "o", "bnth,nhd->btd", attn)
+    x = x + mlp(lp, cfg, rms_norm(x, lp["mlp_norm"], cfg.norm_eps))
     return parallel.constrain(x, *_ACT), k, v
 
 

@@ -311,6 +311,14 @@ def model_folder(path: str) -> str:
     raise ValueError(f"{path}: no such model folder or GGUF file")
 
 
+def weight_files(path: str) -> list[str]:
+    """The files a model path's weights are read from (a folder's safetensors, a GGUF),
+    none converted: what names a LoRA run's base by digest."""
+    if path == EMBEDDED:
+        path = embedded_model_path()
+    return safetensors_io.files(path) if os.path.isdir(path) else [path]
+
+
 def load_tokenizer(path: str) -> tokenizer_lib.Tokenizer:
     """The tokenizer of a HF folder, a .gguf file or 'embedded'."""
     return tokenizer_lib.Tokenizer.from_hf_folder(model_folder(path))

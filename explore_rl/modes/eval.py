@@ -17,10 +17,11 @@ from explore_rl import parallel
 from explore_rl.evaluation.evaluate import evaluate_policy, fit_held_out, run_keys
 from explore_rl.exploration import base as exploration
 from explore_rl.hoststate import HostState
-from explore_rl.models import family
+from explore_rl.models import family, lora
 from explore_rl.sampling.engine import AUTO
 from explore_rl.spec import RunSpec, replace
 from explore_rl.train import sizing
+from explore_rl.train.build import new_adapters
 
 
 def run_eval(spec: RunSpec, workdir: str | None) -> dict:
@@ -50,9 +51,12 @@ def _evaluate(spec: RunSpec, explorers: list, workdir: str | None) -> dict:
     if spec.eval.checkpoint:
         folder, step = checkpoint_lib.locate(spec.eval.checkpoint, spec.eval.step)
         arrays = {n: _arrays(s) for n, s in states.items() if jax.tree.leaves(_arrays(s))}
-        like = {"state": {"params": params}, **({"explorers": arrays} if arrays else {})}
+        if cfg.lora:  # a LoRA run's checkpoint holds its adapters, beside this base
+            params = lora.attach(params, new_adapters(spec, cfg, mesh))
+        trainable, frozen = lora.split(params)
+        like = {"state": {"params": trainable}, **({"explorers": arrays} if arrays else {})}
         saved = checkpoint_lib.restore_subset(folder, step, like)
-        params = saved["state"]["params"]
+        params = lora.join(saved["state"]["params"], frozen)
         for n in arrays:  # the saved arrays, beside the host data the template holds
             restored = saved["explorers"][n]
             states[n] = {**states[n], **restored} if isinstance(states[n], dict) else restored

@@ -13,6 +13,11 @@ into their shards on the config's mesh, and written one tensor at a time, so the
 never holds the whole model. `export.dtype`: "" keeps the original checkpoint's dtype (its
 config.json's), or "float32" / "bfloat16" / "float16". Without `eval.checkpoint` the model
 itself is written (a GGUF file as an HF folder).
+
+A LoRA run (`model.lora.*`, docs/lora.md) exports its adapters merged into the base,
+W + (alpha / r) B A, as the same kind of folder, or with `export.format=peft` the adapters
+alone as a PEFT adapter folder (`adapter_config.json` + `adapter_model.safetensors`,
+float32) that `peft.PeftModel.from_pretrained` loads on the base model.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import jax
 
 from explore_rl import checkpoint as checkpoint_lib
 from explore_rl import parallel
-from explore_rl.models import family, presets, weights
+from explore_rl.models import family, lora, presets, weights
 from explore_rl.models.transformer import init_params
 from explore_rl.spec import RunSpec
 
@@ -54,15 +59,28 @@ def trained_params(spec: RunSpec, mesh):
         cfg = presets.get_preset(m.random_init, vocab_size=vocab, **dtypes)
     else:
         cfg = presets.from_hf_config(weights.model_folder(m.path), **dtypes)
+    folder, step = checkpoint_lib.locate(spec.eval.checkpoint, spec.export.step, "export.step")
+    if m.lora:  # a LoRA run's checkpoint holds its adapters: on the base model.path names
+        cfg = cfg.replace(lora=m.lora)
+        adapters = jax.eval_shape(lambda: lora.init(cfg, jax.random.key(0)))
+        saved = checkpoint_lib.restore_subset(folder, step, _placed_like(adapters, mesh))
+        base = weights.load_params(
+            m.path, m.random_init, cfg, spec.seed, parallel.placer(mesh, family.axes)
+        )
+        return lora.attach(base, saved["state"]["params"]), cfg, step
     abstract = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
+    saved = checkpoint_lib.restore_subset(folder, step, _placed_like(abstract, mesh))
+    return saved["state"]["params"], cfg, step
+
+
+def _placed_like(abstract, mesh) -> dict:
+    """A train state's params of shapes `abstract`, for `restore_subset` onto `mesh`."""
     like = jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
         abstract,
         parallel.param_shardings(abstract, mesh, family.axes),
     )
-    folder, step = checkpoint_lib.locate(spec.eval.checkpoint, spec.export.step, "export.step")
-    saved = checkpoint_lib.restore_subset(folder, step, {"state": {"params": like}})
-    return saved["state"]["params"], cfg, step
+    return {"state": {"params": like}}
 
 
 def run_export(spec: RunSpec, workdir: str | None) -> str:
@@ -78,8 +96,15 @@ def run_export(spec: RunSpec, workdir: str | None) -> str:
     dtype = spec.export.dtype or source_dtype(source)
     mesh = spec.mesh.make()
     params, cfg, step = trained_params(spec, mesh)
+    named = spec.eval.checkpoint or spec.model.path
+    if spec.export.format == "peft":  # the base it adapts: its folder, or how it was drawn
+        m, here = spec.model, os.path.abspath(source)
+        base = f"random {m.random_init} (seed {spec.seed})" if m.random_init else here
+        lora.save_peft(workdir, params, cfg, base)
+        print(f"exported step {step} of {named}'s LoRA adapters (PEFT) to {workdir}")
+        return workdir
+    params = lora.merged(params, cfg)
     weights.save_hf(workdir, params, cfg, dtype, int(spec.export.max_shard_gb * 2**30))
     weights.copy_tokenizer(spec.model.path, workdir)
-    named = spec.eval.checkpoint or spec.model.path
     print(f"exported step {step} of {named} ({dtype}) to {workdir}")
     return workdir

@@ -3,7 +3,9 @@
 A step's peak is what stays resident plus the larger of its two phases:
 
 - resident: the params, the frozen reference policy (when the KL term is on) and the
-  optimizer's moments, each at its shard size on the mesh (`parallel.RULES`);
+  optimizer's moments, each at its shard size on the mesh (`parallel.RULES`); with LoRA
+  the params are the base and its adapters, the reference is the base itself (no copy),
+  and the moments and gradients are the adapters' only;
 - rollout: the KV cache of the rollout batch in the activation dtype (every prompt row's
   keys once, each decode row's response keys; with decode slots, each slot's copy of its
   prompt's keys too), the prefill's widest layer (its attention scores: a prompt against
@@ -46,7 +48,7 @@ import jax
 import numpy as np
 
 from explore_rl import parallel
-from explore_rl.models import attention, family, transformer
+from explore_rl.models import attention, family, lora, transformer
 from explore_rl.models.presets import ModelConfig
 
 GIB = 2**30
@@ -245,17 +247,29 @@ class _Sizes:
 
 
 @functools.lru_cache(maxsize=64)
-def _state_bytes(cfg: ModelConfig, axes: tuple, optimizer) -> tuple[int, int, int]:
-    """Per-device bytes of the params, of the optimizer's moments and of the scanned
-    layers' stack (0 unstacked) on a mesh of `axes` ((name, size) pairs), from
-    `jax.eval_shape`. Kept per (model, mesh, optimizer): a search for the settings that
-    make a run fit (`train.sizing.fixes`) asks for dozens of estimates of one model, and
-    tracing a 36-layer model's init takes a tenth of a second each time."""
+def _state_bytes(cfg: ModelConfig, axes: tuple, optimizer) -> tuple[int, int, int, int]:
+    """Per-device bytes of the params (a LoRA model's adapters too), of what trains (the
+    adapters, or every weight), of its optimizer moments and of the scanned layers' stack
+    (0 unstacked) on a mesh of `axes` ((name, size) pairs), from `jax.eval_shape`. Kept
+    per (model, mesh, optimizer): a search for the settings that make a run fit
+    (`train.sizing.fixes`) asks for dozens of estimates of one model, and tracing a
+    36-layer model's init takes a tenth of a second each time."""
     axis_sizes = dict(axes)
-    params = jax.eval_shape(lambda: transformer.init_params(cfg, jax.random.key(0)))
-    moments = jax.eval_shape(optimizer.init, params)
+
+    def init():
+        params = transformer.init_params(cfg, jax.random.key(0))
+        return lora.attach(params, lora.init(cfg, jax.random.key(1))) if cfg.lora else params
+
+    params = jax.eval_shape(init)
+    trainable = lora.split(params)[0]
+    moments = jax.eval_shape(optimizer.init, trainable)
     stacked = per_device_bytes(params["layers"], axis_sizes) if cfg.scan_layers else 0
-    return per_device_bytes(params, axis_sizes), per_device_bytes(moments, axis_sizes), stacked
+    return (
+        per_device_bytes(params, axis_sizes),
+        per_device_bytes(trainable, axis_sizes),
+        per_device_bytes(moments, axis_sizes),
+        stacked,
+    )
 
 
 def estimate(
@@ -265,7 +279,8 @@ def estimate(
     """The terms of one step on a mesh of `axis_sizes` (`dict(mesh.shape)`), from
     `jax.eval_shape` of the params and the optimizer's state and the step's sizes (see the
     module's docstring); against `capacity` (bytes, device), by default a local device's."""
-    p_bytes, m_bytes, stacked = _state_bytes(cfg, tuple(sorted(axis_sizes.items())), optimizer)
+    state = _state_bytes(cfg, tuple(sorted(axis_sizes.items())), optimizer)
+    p_bytes, t_bytes, m_bytes, stacked = state
     z = _Sizes(cfg, axis_sizes)
     s, a = sizes, z.a
     local = lambda name, x: _local(name, x, axis_sizes)  # noqa: E731
@@ -302,9 +317,9 @@ def estimate(
     capacity, device = capacity or device_capacity()
     terms = {
         "params": p_bytes,
-        "reference params": p_bytes if reference else 0,
+        "reference params": p_bytes if reference and not cfg.lora else 0,  # LoRA's: the base
         "optimizer moments": m_bytes,
-        "gradients": 2 * p_bytes,
+        "gradients": 2 * t_bytes,
         "activations": acts,
         "backward workspace": workspace,
         "logits": logits,

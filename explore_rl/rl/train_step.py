@@ -28,7 +28,7 @@ from flax import struct
 from jaxtyping import Array, Bool, Float, Int
 
 from explore_rl import parallel
-from explore_rl.models import family
+from explore_rl.models import family, lora
 from explore_rl.models.presets import ModelConfig
 from explore_rl.rl import losses
 from explore_rl.rl.scoring import score
@@ -38,8 +38,8 @@ from explore_rl.sampling import shapes
 @struct.dataclass
 class TrainState:
     step: Int[Array, ""]
-    params: dict
-    opt_state: optax.OptState
+    params: dict  # with LoRA adapters: the frozen base and the adapters beside its weights
+    opt_state: optax.OptState  # of what trains (`lora.split`): the adapters, or every weight
     skipped: Int[Array, ""]  # updates skipped for a non-finite loss or gradient
 
 
@@ -131,11 +131,12 @@ def _schedule(c: OptimConfig):
 
 
 def init_state(params: dict, optimizer: optax.GradientTransformation) -> TrainState:
-    """A train state owning `params` (train_step donates it: keep no other reference)."""
+    """A train state owning `params` (train_step donates it: keep no other reference);
+    moments for what trains only (LoRA: the adapters, `lora.split`)."""
     return TrainState(
         step=jnp.zeros((), jnp.int32),
         params=params,
-        opt_state=optimizer.init(params),
+        opt_state=optimizer.init(lora.split(params)[0]),
         skipped=jnp.zeros((), jnp.int32),
     )
 
@@ -292,10 +293,13 @@ def _normaliser(batch: Batch, clips, lc):
 )
 def _accumulate(params, grads, totals, batch, groups, live, n, clips, cfg, lc, length):
     """Add one micro-batch's gradient (its loss over the whole batch's normaliser) and its
-    metrics, token-weighted: (grads, totals). The first one starts both."""
+    metrics, token-weighted: (grads, totals). The first one starts both. Gradients of what
+    trains only: a LoRA run's frozen base gets none (no base-sized buffer is made)."""
     mb = batch.take(groups, live, length)
     lc = _with_clips(lc, clips)
-    (loss, metrics), g = jax.value_and_grad(_loss, has_aux=True)(params, cfg, lc, mb, n)
+    trainable, frozen = lora.split(params)
+    loss_of = lambda t: _loss(lora.join(t, frozen), cfg, lc, mb, n)  # noqa: E731
+    (loss, metrics), g = jax.value_and_grad(loss_of, has_aux=True)(trainable)
     tokens = jnp.sum(losses.active_mask(mb.mask, mb.weights)).astype(jnp.float32)
     # metrics are token means of the micro-batch (maxima for losses.MAX_METRICS)
     metrics = {
@@ -322,16 +326,18 @@ def _apply(state, grads, totals, optimizer):
     grad_norm = optax.global_norm(grads)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
 
+    trainable, frozen = lora.split(state.params)
+
     def apply(_):
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        return optax.apply_updates(state.params, updates), opt_state
+        updates, opt_state = optimizer.update(grads, state.opt_state, trainable)
+        return optax.apply_updates(trainable, updates), opt_state
 
     # A cond, not a select: the skipped branch returns the old state untouched, and the
     # taken one updates the donated buffers in place (a select would hold both copies).
-    params, opt_state = jax.lax.cond(finite, apply, lambda _: (state.params, state.opt_state), None)
+    trainable, opt_state = jax.lax.cond(finite, apply, lambda _: (trainable, state.opt_state), None)
     state = state.replace(  # the out shardings: the new state where the old one was
         step=state.step + 1,
-        params=parallel.constrain_params(params, family.axes),
+        params=parallel.constrain_params(lora.join(trainable, frozen), family.axes),
         opt_state=parallel.constrain_params(opt_state, family.axes),
         skipped=state.skipped + (~finite).astype(jnp.int32),
     )

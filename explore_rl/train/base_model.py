@@ -27,7 +27,7 @@ import os
 
 from explore_rl import caching
 from explore_rl import config as config_lib
-from explore_rl.models import weights
+from explore_rl.models import lora, weights
 from explore_rl.train import sft
 
 _FORMAT = "v1"  # bump when what a recipe builds changes
@@ -65,7 +65,8 @@ def build(sft_config) -> str:
 
         def write(folder: str) -> None:
             cfg, _ = model.config()
-            weights.save_hf(folder, progress.state.params, cfg, "float32", 2**31)
+            params = lora.merged(progress.state.params, cfg)  # a LoRA run's, folded in
+            weights.save_hf(folder, params, cfg, "float32", 2**31)
             weights.copy_tokenizer(model.path, folder)
             with open(os.path.join(folder, config_lib.RECIPE_FILE), "w") as f:
                 json.dump(config_lib.resolved(sft_config).to_dict(), f, indent=2)

@@ -31,7 +31,7 @@ from explore_rl.data import sharded, tasks
 from explore_rl.evaluation.evaluate import fit_held_out, run_keys
 from explore_rl.exploration import base as exploration
 from explore_rl.logs import flatten
-from explore_rl.models import attention, family
+from explore_rl.models import attention, family, lora
 from explore_rl.models.presets import ModelConfig
 from explore_rl.models.tokenizer import Tokenizer
 from explore_rl.rewards.math import Verifier
@@ -66,7 +66,7 @@ class Run:
     key: jax.Array  # step s samples with fold_in(key, s)
     eval_key: jax.Array  # evaluation after step s: fold_in(eval_key, s)
     explorers: list = dataclasses.field(default_factory=list)
-    ref_params: dict | None = None  # frozen reference policy, when rl.kl_coef > 0
+    ref_params: dict | None = None  # a full run's frozen reference policy (rl.kl_coef > 0)
     workdir: str | None = None
     mesh: Mesh | None = None  # where the update's batch rows are sharded
     longest_prompt: int = 0  # tokens of the longest training prompt
@@ -112,6 +112,13 @@ class Run:
             longest_prompt=joined.longest,
             longest_eval_prompt=eval_longest,
         )
+
+    def reference(self, params) -> dict | None:
+        """The KL term's reference policy (None: no KL term): a LoRA run's base itself,
+        its params without the adapters (no second copy), else the starting weights."""
+        if not self.spec.loss.kl_coef:
+            return None
+        return lora.base(params) if self.cfg.lora else self.ref_params
 
     def context(self, params, step: int) -> exploration.StepContext:
         return exploration.StepContext(
@@ -170,20 +177,46 @@ def start(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mesh
             run.memory_estimate,
         )  # fmt: skip
     params = spec.model.load_params(spec.seed, cfg, parallel.placer(mesh, family.axes))
-    run.ref_params = jax.tree.map(jnp.copy, params) if spec.loss.kl_coef else None
+    if cfg.lora:
+        params = lora.attach(params, new_adapters(spec, cfg, mesh))
+    elif spec.loss.kl_coef:
+        run.ref_params = jax.tree.map(jnp.copy, params)
     state = parallel.create(init_state, mesh, family.axes, params, run.optimizer)
     return run, _resume(run, ckpt, step, state, mesh), ckpt
+
+
+def new_adapters(spec: RunSpec, cfg: ModelConfig, mesh: Mesh) -> dict:
+    """A LoRA run's starting adapters on `mesh` (`models/lora.py`): `model.lora.path`'s,
+    or new ones drawn from the seed."""
+    if spec.model.lora_path:
+        return parallel.place(lora.load_peft(spec.model.lora_path, cfg), mesh, family.axes)
+    key = jax.random.fold_in(jax.random.key(spec.seed), _ADAPTER_STREAM)
+    return parallel.place(lora.init(cfg, key), mesh, family.axes)
+
+
+_ADAPTER_STREAM = 0x10A  # the seed's stream for new adapters, apart from its other draws
+
+
+def checkpointed(progress: Progress) -> Progress:
+    """What a checkpoint holds of `progress`: a LoRA run's adapters and their moments, not
+    its frozen base (read again from `model.path`, which config.json names with its
+    files' digests, so a resume on another base is refused: `check_same_run`)."""
+    trainable, _ = lora.split(progress.state.params)
+    return progress.replace(state=progress.state.replace(params=trainable))
 
 
 def _resume(run: Run, ckpt: Checkpointer, step: int, state, mesh: Mesh) -> Progress:
     """The progress restored from `step`, or from the newest intact step before it when
     `step` cannot be read (set aside, one line each); a fresh one when none is left."""
     ctx = run.context(state.params, 0)
+    frozen = lora.split(state.params)[1]
     while step:
         states = {ex.name: ex.template(ctx) for ex in run.explorers}
         like = placed(Progress(state, jnp.zeros((), jnp.int32), states), mesh)
         try:
-            return ckpt.restore(step, like)
+            saved = ckpt.restore(step, checkpointed(like))
+            params = lora.join(saved.state.params, frozen)
+            return saved.replace(state=saved.state.replace(params=params))
         except checkpoint_lib.Damaged as e:
             ckpt.set_aside(step, str(e))
             step = ckpt.newest_intact()

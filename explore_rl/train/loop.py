@@ -27,7 +27,7 @@ from explore_rl.exploration import base as exploration
 from explore_rl.logs import RunLogger, check_wandb
 from explore_rl.rewards.math import Verifier
 from explore_rl.spec import RunSpec
-from explore_rl.train.build import evaluation_time, start
+from explore_rl.train.build import checkpointed, evaluation_time, start
 from explore_rl.train.steps import run_evaluation, train_one_step
 
 
@@ -133,7 +133,7 @@ def _train(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mes
             due = (step + 1) % t.checkpoint_every == 0 or step + 1 == t.steps
             best = metrics[t.best_metric] if ckpt.improves(metrics) else None
             if due or best is not None or stop.received is not None:
-                ckpt.save(step + 1, progress, force=not due, best=best)
+                ckpt.save(step + 1, checkpointed(progress), force=not due, best=best)
             bar.set_postfix(
                 {k.split("/")[-1]: f"{metrics[k]:.3f}" for k in PROGRESS if k in metrics}
             )

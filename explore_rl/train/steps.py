@@ -157,8 +157,8 @@ def make_batch(run: Run, progress: Progress, ro, step: int):
     )
     if not behaviour_is_pi_old(s, ro.plan):
         batch = batch.replace(old_logp=score_rollouts(run, params, batch, ro))
-    if run.ref_params is not None:
-        batch = batch.replace(ref_logp=score_rollouts(run, run.ref_params, batch, ro))
+    if (reference := run.reference(params)) is not None:
+        batch = batch.replace(ref_logp=score_rollouts(run, reference, batch, ro))
     if run.mesh is not None:  # rows over ('data', 'fsdp'): each device updates its share
         batch = parallel.shard_batch(batch, run.mesh)
     return batch, states, metrics
