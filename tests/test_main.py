@@ -83,11 +83,11 @@ def test_sample_mode_honours_random_init(tmp_path, capsys):
 @pytest.mark.parametrize(
     "key,value,words",
     [
-        ("samples_per_prompt", 0, "sample.samples_per_prompt=0: need at least 1"),
-        ("num_prompts", 0, "sample.num_prompts=0: need at least 1"),
-        ("max_new_tokens", 0, "sample.max_new_tokens=0: need at least 1"),
-        ("top_k", -1, "sample.top_k=-1: must be >= 0"),
-        ("temperature", -0.5, "sample.temperature=-0.5: must be >= 0"),
+        ("samples_per_prompt", 0, "sample.samples_per_prompt=0: must be an integer >= 1"),
+        ("num_prompts", 0, "sample.num_prompts=0: must be an integer >= 1"),
+        ("max_new_tokens", 0, r"sample.max_new_tokens=0: must be an integer in \[1, "),
+        ("top_k", -1, r"sample.top_k=-1: must be an integer in \[0, 2147483647\] \(0: all\)"),
+        ("temperature", -0.5, "sample.temperature=-0.5: must be a finite number >= 0"),
     ],
 )
 def test_sample_settings_are_checked_before_the_model_is_read(key, value, words, monkeypatch):
