@@ -8,7 +8,8 @@ Integrity: once a step's write has finished, a digest of its files (`<step>.sha2
 beside it: each file's size and SHA-256) is written; a resume checks the newest step
 against it and sets a damaged one aside (renamed `<step>.damaged`, with one line saying
 so) for the newest intact one. A step whose digest was never written (the run was killed
-right after the write) is accepted if it restores, and then digested. Old steps are
+right after the write) is accepted if Orbax reads it whole and its numbers are finite, and
+is never digested afterwards (a digest vouches only for a write seen to finish). Old steps are
 deleted only after a newer one has its digest, so the step a run resumed from survives
 until a newer one is known good.
 
@@ -157,8 +158,11 @@ class Checkpointer:
         restored, saved = out.state, out.host or {}
         for path, h in host_states(restored).items():
             h.data = saved.get(path, h.data)
-        if self.main and check_digest(self.folder, step) == NO_DIGEST:
-            write_digest(self.folder, step)  # restored whole: known good from here on
+        # a step without a digest (the run was killed before it was written) is checked by
+        # what Orbax itself knows (its metadata, its reads, above) and by its numbers; it
+        # is never digested afterwards: only a write this process saw finish is vouched for
+        if check_digest(self.folder, step) == NO_DIGEST and not _finite(restored):
+            raise Damaged("it has no digest and holds non-finite numbers")
         return restored
 
     def close(self):
@@ -211,6 +215,15 @@ class Checkpointer:
                 f"complete checkpoint, {survivor}: free space and rerun the same command to "
                 "resume"
             ) from error
+
+
+def _finite(tree) -> bool:
+    """Whether every floating-point array of `tree` is finite."""
+    return all(
+        bool(jax.numpy.isfinite(x).all())
+        for x in jax.tree.leaves(tree)
+        if hasattr(x, "dtype") and jax.numpy.issubdtype(x.dtype, jax.numpy.inexact)
+    )
 
 
 def _drop_late_completions() -> None:
@@ -342,6 +355,26 @@ def open_workdir(workdir: str) -> None:
         raise ValueError(f"--workdir {workdir}: not writable")
 
 
+def check_history(workdir: str, restorable: bool = True) -> None:
+    """Refuse a run directory whose history a new run would replace: `checkpoints` that is
+    not a folder, or (once no step is left to restore: `restorable` False) checkpoints
+    that were written and are all gone or set aside. Nothing is written either way."""
+    folder = os.path.join(workdir, "checkpoints")
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        what = f"{folder} is not a folder"
+    elif restorable or not os.path.isdir(folder):
+        return
+    else:
+        written = [n for n in os.listdir(folder) if n != ".lock" and not n.startswith(".")]
+        if not any(n.split(".")[0].isdigit() or n == BEST for n in written):
+            return
+        what = f"no checkpoint in {folder} can be restored ({', '.join(sorted(written)[:4])})"
+    raise ValueError(
+        f"--workdir {workdir}: {what}, and a new run there would replace the run's history "
+        "(metrics.jsonl, samples/, config.json): use a new --workdir, or move them away"
+    )
+
+
 def enclosing_run(path: str) -> str | None:
     """The run directory (a folder with config.json and checkpoints/) holding `path`, or
     `path` itself: a folder another mode must not write into (its files would replace the
@@ -369,28 +402,48 @@ def only_writer(workdir: str, take: bool = True):
     if not take:
         yield
         return
+    made = not os.path.exists(workdir)
     open_workdir(workdir)
     path = os.path.join(workdir, ".lock")
-    with open(path, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno not in (errno.EAGAIN, errno.EACCES):
-                raise ValueError(f"--workdir {workdir}: cannot lock {path} ({e.strerror})") from e
-            f.seek(0)
-            holder = f.read().strip() or "another process"
-            raise ValueError(
-                f"--workdir {workdir} is in use by {holder}: one run per work directory "
-                "(wait for it to end or stop it)"
-            ) from None
+    try:
+        with open(path, "a+") as f:
+            _lock(f, workdir, path)
+            try:
+                yield
+            finally:
+                f.truncate(0)
+    except BaseException:
+        if made:  # a refused new run leaves nothing behind: its lock, an empty checkpoints/
+            _remove_unused(workdir)
+        raise
+
+
+def _lock(f, workdir: str, path: str) -> None:
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno not in (errno.EAGAIN, errno.EACCES):
+            raise ValueError(f"--workdir {workdir}: cannot lock {path} ({e.strerror})") from e
         f.seek(0)
-        f.truncate()
-        f.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%c')}\n")
-        f.flush()
-        try:
-            yield
-        finally:
-            f.truncate(0)
+        holder = f.read().strip() or "another process"
+        raise ValueError(
+            f"--workdir {workdir} is in use by {holder}: one run per work directory "
+            "(wait for it to end or stop it)"
+        ) from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%c')}\n")
+    f.flush()
+
+
+def _remove_unused(workdir: str) -> None:
+    """Remove a work directory this process made if it holds nothing but its lock and
+    empty folders (a run refused before it wrote anything)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(workdir, ".lock"))
+    for root, _, _ in sorted(os.walk(workdir), key=lambda w: -len(w[0])):
+        with contextlib.suppress(OSError):  # a folder with files in it stays
+            os.rmdir(root)
 
 
 class _OrbaxErrors(logging.Filter):

@@ -54,7 +54,7 @@ def test_bad_config_and_prompt_field_fail_clearly(tmp_path):
     assert last.startswith(f"error: {prompts}: line 1: no field 'question' (fields: ['problem'])")
     out = run_main(  # a method's check, through the same line
         "--config", "configs/grpo.py:smoke", "--workdir", str(tmp_path / "r"),
-        "--config.exploration.methods=('eden',)", "--traceback",
+        "--config.exploration.methods=('eden',)", "--debug",
     )  # fmt: skip
     assert out.returncode != 0 and "Traceback" in out.stderr
     assert "exploration.eden.noisy=4: must be in [0, group_size=4)" in out.stderr

@@ -17,11 +17,13 @@ import signal
 import sys
 import threading
 
+import jax
+import jax.numpy as jnp
 from jax.sharding import Mesh
 from tqdm import tqdm
 
 from explore_rl import checkpoint as checkpoint_lib
-from explore_rl import parallel
+from explore_rl import parallel, stages
 from explore_rl.evaluation.evaluate import Stopped
 from explore_rl.exploration import base as exploration
 from explore_rl.logs import RunLogger, check_wandb
@@ -114,9 +116,18 @@ def _train(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mes
     metrics = None  # the last step's, for the summary
     if t.eval_before and start_step == 0 and run.test_sets:  # logged as step 0
         logger.log(0, run_evaluation(run, progress.state.params, progress.explorers, 0))
-    with _StopSignals() as stop:
+    with stages.training(), _StopSignals() as stop:
         for step in bar:
             progress, metrics, samples = step_fn(run, progress, step)
+            if not bool(_finite(progress.state.params)):  # never checkpointed, never trained on
+                ckpt.close()
+                logger.close()
+                raise stages.Stopped(
+                    f"the weights are not finite after the update of step {step + 1}: stopped "
+                    f"before checkpointing them (the newest checkpoint, step "
+                    f"{ckpt.latest_step() or 'none'}, is intact); lower optim.lr or check the "
+                    "rewards"
+                )
             # this process's first step compiles; its second times decoding (SFT: none)
             timed = "time/rollout_s" in metrics and t.eval_every and run.test_sets
             if main and step == start_step + 1 and timed:
@@ -140,7 +151,7 @@ def _train(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mes
             if skipped_in_a_row >= t.max_skipped_updates:
                 ckpt.close()
                 logger.close()
-                raise RuntimeError(
+                raise stages.Stopped(
                     f"{skipped_in_a_row} updates in a row skipped for a non-finite loss or "
                     f"gradient (through step {step + 1}; {updates_per_step} per step): lower "
                     "optim.lr or check the rewards (train.max_skipped_updates)"
@@ -154,6 +165,12 @@ def _train(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mes
     if main:
         print(_summary(workdir, start_step, t.steps, metrics), file=sys.stderr)
     return progress
+
+
+@jax.jit
+def _finite(tree) -> jax.Array:
+    """Whether every number of `tree` is finite (one reduction on the devices)."""
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
 
 
 def _open_logs(run, workdir: str, start_step: int, main: bool) -> RunLogger:
