@@ -254,12 +254,19 @@ BEST = "best.json"  # {"metric", "step", "value"} of a run's best checkpoint
 def read_best(folder: str) -> dict | None:
     """The best checkpoint's record in a checkpoints folder; None without one, or when its
     step is gone (set aside as damaged)."""
+    path = os.path.join(folder, BEST)
     try:
-        with open(os.path.join(folder, BEST)) as f:
+        with open(path) as f:
             best = json.load(f)
+        step = best["step"]
     except FileNotFoundError:
         return None
-    return best if best["step"] in steps(folder) else None
+    except (ValueError, KeyError, TypeError):  # not the JSON this module writes
+        raise ValueError(
+            f"{path}: not a best checkpoint's record (its JSON is damaged): restore it, or "
+            "move it away (the run then keeps no best checkpoint until the next evaluation)"
+        ) from None
+    return best if step in steps(folder) else None
 
 
 def _best_step(folder: str) -> int | None:

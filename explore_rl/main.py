@@ -203,7 +203,12 @@ def _flag_error(argv: list[str], e: Exception) -> str:
             value = value if has_value else (argv[i + 1] if i + 1 < len(argv) else "")
             if isinstance(fields.get(key), bool) and value.lower() not in _BOOLEANS:
                 return f"--config.{key}={value}: not a boolean (True or False)"
-    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+    words = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    if config is None and any(a == "--config" or a.startswith("--config=") for a in argv):
+        named = _named_config(argv)  # the file failed: name it, and the library's error type
+        if os.path.basename(named.partition(":")[0]) not in words:
+            words = f"--config {named}: {type(e).__name__}: {words}"
+    return words
 
 
 def _named_config(argv: list[str]) -> str:
