@@ -362,24 +362,43 @@ def open_workdir(workdir: str) -> None:
         raise ValueError(f"--workdir {workdir}: not writable")
 
 
+class History(ValueError):
+    """A work directory whose history (metrics, samples, checkpoints) a new run would
+    replace: refused, or with `train.restart` moved aside (`move_history`)."""
+
+
 def check_history(workdir: str, restorable: bool = True) -> None:
     """Refuse a run directory whose history a new run would replace: `checkpoints` that is
     not a folder, or (once no step is left to restore: `restorable` False) checkpoints
     that were written and are all gone or set aside. Nothing is written either way."""
     folder = os.path.join(workdir, "checkpoints")
     if os.path.lexists(folder) and not os.path.isdir(folder):
-        what = f"{folder} is not a folder"
-    elif restorable or not os.path.isdir(folder):
+        refuse_history(workdir, f"{folder} is not a folder")
+    if restorable or not os.path.isdir(folder):
         return
-    else:
-        written = [n for n in os.listdir(folder) if n != ".lock" and not n.startswith(".")]
-        if not any(n.split(".")[0].isdigit() or n == BEST for n in written):
-            return
-        what = f"no checkpoint in {folder} can be restored ({', '.join(sorted(written)[:4])})"
-    raise ValueError(
+    written = [n for n in os.listdir(folder) if not n.startswith(".")]
+    if any(n.split(".")[0].isdigit() or n == BEST for n in written):
+        shown = ", ".join(sorted(written)[:4])
+        refuse_history(workdir, f"no checkpoint in {folder} can be restored ({shown})")
+
+
+def refuse_history(workdir: str, what: str):
+    raise History(
         f"--workdir {workdir}: {what}, and a new run there would replace the run's history "
-        "(metrics.jsonl, samples/, config.json): use a new --workdir, or move them away"
+        "(metrics.jsonl, samples/, config.json): use a new --workdir, or "
+        "--config.train.restart=True to move its files aside and start over"
     )
+
+
+def move_history(workdir: str) -> str:
+    """Move every file of `workdir` but its lock into a new folder beside it,
+    `<workdir>.replaced` (or `.replaced.2`, ...), whose path is returned."""
+    aside = _free_name(os.path.abspath(workdir) + ".replaced")
+    os.makedirs(aside)
+    for name in os.listdir(workdir):
+        if name != ".lock":
+            os.rename(os.path.join(workdir, name), os.path.join(aside, name))
+    return aside
 
 
 def enclosing_run(path: str) -> str | None:

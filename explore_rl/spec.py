@@ -155,6 +155,7 @@ class TrainSpec:
     max_skipped_updates: int
     check_memory: bool
     allow_config_change: bool
+    restart: bool
     eval_every: int
     eval_before: bool
 

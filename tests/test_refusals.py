@@ -58,6 +58,8 @@ CONFIG_CASES = [
     ("micro-batches", ["--config.optim.micro_batches=3"], "optim.micro_batches=3 must divide"),
     ("minibatches", ["--config.rl.minibatches=3"], "rl.minibatches=3 must divide"),
     ("aggregation", ["--config.rl.aggregation=mean"], "aggregation='mean'"),
+    ("mesh", ["--config.mesh.data=3"], "mesh.data=3: must divide the"),
+    ("tensor axis", ["--config.mesh.tensor=2"], "mesh.tensor=2: mesh.data x mesh.tensor must"),
     ("gspo aggregation", ["--config.rl.policy=gspo"], "policy='gspo' is a sequence-level"),
     ("dual clip", ["--config.rl.dual_clip=0.5"], "dual_clip=0.5: must be > 1"),
     ("score temperature", ["--config.rl.score_temperature=hot"], "rl.score_temperature='hot'"),
@@ -286,16 +288,24 @@ def test_a_run_whose_every_checkpoint_is_damaged_is_refused_not_replaced(
     victim, tmp_path, capsys, monkeypatch
 ):
     """Its steps are set aside (one line each), then the resume is refused: metrics.jsonl,
-    samples/ and config.json stay as they were, and a rerun is refused again."""
+    samples/ and config.json stay as they were, and a rerun is refused again; with
+    `train.restart` they are moved beside it and a new run starts."""
     run = _copy(victim, tmp_path)
     _damage(run / "checkpoints" / "1")
     kept = _outside_checkpoints(run)
     for _ in range(2):
         code, lines = _entry([*SMOKE, "--workdir", str(run)], capsys, monkeypatch)
         _one_line(code, lines, f"--workdir {run}: no checkpoint in {run / 'checkpoints'} can be")
-        assert "use a new --workdir, or move them away" in lines[0]
+        assert "use a new --workdir, or --config.train.restart=True to move" in lines[0]
         assert _outside_checkpoints(run) == kept
     assert (run / "checkpoints" / "1.damaged").is_dir()  # kept for inspection
+    c = grpo.get_config("smoke")  # asked: the files moved aside whole, a new run
+    c.train.steps, c.train.eval_every, c.train.restart = 1, 0, True
+    loop.train(config_lib.spec(c), str(run))
+    aside = tmp_path / "run.replaced"
+    assert _outside_checkpoints(aside) == {k: v for k, v in kept.items() if k != ".lock"}
+    assert (aside / "checkpoints" / "1.damaged").is_dir()
+    assert [r["step"] for r in read_metrics(str(run))] == [1]
 
 
 @pytest.mark.slow

@@ -128,8 +128,21 @@ class Run:
 
 def start(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mesh: Mesh):
     """Load everything a run of `spec` needs onto `mesh`; resume from the newest intact
-    checkpoint if there is one. A work directory whose history a new run would replace is
-    refused (`checkpoint.check_history`); on any failure the checkpointer's threads end."""
+    checkpoint if there is one. A work directory whose history a new run would replace
+    (`checkpoint.History`) is refused, or with `train.restart` its files are moved aside
+    and the run starts over; on any failure the checkpointer's threads end."""
+    try:
+        return _open(spec, explorers, workdir, verifier, mesh)
+    except checkpoint_lib.History:
+        if not spec.train.restart:
+            raise
+    aside = checkpoint_lib.move_history(workdir)
+    print(f"train.restart: the files of {workdir} moved to {aside}; a new run starts",
+          file=sys.stderr)  # fmt: skip
+    return _open(spec, explorers, workdir, verifier, mesh)
+
+
+def _open(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mesh: Mesh):
     checkpoint_lib.open_workdir(workdir)
     t = spec.train
     with stages.doing(f"opening the checkpoints of {workdir}"):
@@ -317,11 +330,10 @@ def check_same_run(spec: RunSpec, workdir: str, resuming: bool = True) -> None:
     if not os.path.exists(path):
         logged = os.path.exists(os.path.join(workdir, "metrics.jsonl"))
         if resuming or logged:
-            raise ValueError(
-                f"--workdir {workdir}: its config.json is missing, so what ran there is "
-                "unknown: restore the file, use a new --workdir, or "
-                "--config.train.allow_config_change=True to resume it as this config"
-            )
+            checkpoint_lib.refuse_history(
+                workdir, "its config.json is missing, so what ran there is unknown (restore "
+                "it, or --config.train.allow_config_change=True resumes it as this config)"
+            )  # fmt: skip
         return
     with open(path) as f:
         before = flatten(json.load(f))
