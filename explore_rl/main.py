@@ -58,9 +58,9 @@ def main(argv):
     config, data, weights, checkpoints, the reward functions) or while eval, sample or
     export run is one line, `error: <what was being done>: <problem>`, exit status 2, its
     traceback, where a library raised it, in a file the line names (`--debug`: on the
-    terminal). Once training has
-    started, a failure keeps the loop's own handling: the run checkpointed, then the
-    error (one line where our own checks raised it, a full disk's included)."""
+    terminal). Once training has started (`stages.training`), a failure keeps the loop's
+    own handling: the run checkpointed, then the error (one line where our own checks
+    raised it: a full disk, diverged updates)."""
     del argv
     logging.set_verbosity(logging.WARNING)  # orbax and jax are chatty at INFO
     if not _DEBUG.value:
