@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
 from explore_rl import checkpoint as checkpoint_lib
@@ -136,9 +137,12 @@ def start(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mesh
     except checkpoint_lib.History:
         if not spec.train.restart:
             raise
-    aside = checkpoint_lib.move_history(workdir)
-    print(f"train.restart: the files of {workdir} moved to {aside}; a new run starts",
-          file=sys.stderr)  # fmt: skip
+    if parallel.is_main_process():
+        aside = checkpoint_lib.move_history(workdir)
+        print(f"train.restart: the files of {workdir} moved to {aside}; a new run starts",
+              file=sys.stderr)  # fmt: skip
+    if jax.process_count() > 1:  # every process opens the directory after the move
+        multihost_utils.sync_global_devices("train.restart")
     return _open(spec, explorers, workdir, verifier, mesh)
 
 

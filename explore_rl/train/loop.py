@@ -119,15 +119,6 @@ def _train(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mes
     with stages.training(), _StopSignals() as stop:
         for step in bar:
             progress, metrics, samples = step_fn(run, progress, step)
-            if not bool(_finite(progress.state.params)):  # never checkpointed, never trained on
-                ckpt.close()
-                logger.close()
-                raise stages.Stopped(
-                    f"the weights are not finite after the update of step {step + 1}: stopped "
-                    f"before checkpointing them (the newest checkpoint, step "
-                    f"{ckpt.latest_step() or 'none'}, is intact); lower optim.lr or check the "
-                    "rewards"
-                )
             # this process's first step compiles; its second times decoding (SFT: none)
             timed = "time/rollout_s" in metrics and t.eval_every and run.test_sets
             if main and step == start_step + 1 and timed:
@@ -138,6 +129,7 @@ def _train(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mes
             due = (step + 1) % t.checkpoint_every == 0 or step + 1 == t.steps
             best = metrics[t.best_metric] if ckpt.improves(metrics) else None
             if due or best is not None or stop.received is not None:
+                _check_finite(progress, step + 1, ckpt, logger)
                 ckpt.save(step + 1, progress, force=not due, best=best)
             bar.set_postfix(
                 {k.split("/")[-1]: f"{metrics[k]:.3f}" for k in PROGRESS if k in metrics}
@@ -165,6 +157,22 @@ def _train(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mes
     if main:
         print(_summary(workdir, start_step, t.steps, metrics), file=sys.stderr)
     return progress
+
+
+def _check_finite(progress, step: int, ckpt, logger: RunLogger) -> None:
+    """Weights that are not finite are never checkpointed: the run stops with one line, its
+    newest checkpoint intact. Checked at each save (a reduction over the weights, which
+    the save reads anyway): between saves, non-finite weights make every loss non-finite,
+    and those updates are skipped and counted (`train.max_skipped_updates`)."""
+    if bool(_finite(progress.state.params)):
+        return
+    ckpt.close()
+    logger.close()
+    raise stages.Stopped(
+        f"the weights are not finite at step {step}: not checkpointed (the newest "
+        f"checkpoint, step {ckpt.latest_step() or 'none'}, is intact); lower optim.lr or "
+        "check the rewards"
+    )
 
 
 @jax.jit
