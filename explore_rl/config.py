@@ -225,7 +225,7 @@ def validate(c: ConfigDict, update: bool = True) -> None:
     """Every value and combination no run can use, one line naming it (`spec` runs it);
     the update's batch only where the mode updates (`update`); each value's own domain
     is `check_domains`'s, run before."""
-    checks = [_check_task, _check_schedule, _check_eval_and_reward]
+    checks = [_check_task, _check_schedule, _check_reward]
     for check in ([_check_batch] if update else []) + checks:
         check(c)
     _check_paths(c)
@@ -281,7 +281,7 @@ def _check_schedule(c: ConfigDict) -> None:
     )
 
 
-def _check_eval_and_reward(c: ConfigDict) -> None:
+def _check_reward(c: ConfigDict) -> None:
     for x in extractors(c):
         _check(x in EXTRACTORS, f"reward.extractors has {x!r}: allowed {EXTRACTORS}")
 
