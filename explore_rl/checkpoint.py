@@ -376,10 +376,15 @@ def check_history(workdir: str, restorable: bool = True) -> None:
         refuse_history(workdir, f"{folder} is not a folder")
     if restorable or not os.path.isdir(folder):
         return
-    written = [n for n in os.listdir(folder) if not n.startswith(".")]
-    if any(n.split(".")[0].isdigit() or n == BEST for n in written):
-        shown = ", ".join(sorted(written)[:4])
+    # a step once complete: kept, set aside or digested (Orbax's temporary folder of a
+    # write that never finished is none: the run had no checkpoint yet)
+    written = sorted(n for n in os.listdir(folder) if _WRITTEN.fullmatch(n))
+    if written:
+        shown = ", ".join(written[:4])
         refuse_history(workdir, f"no checkpoint in {folder} can be restored ({shown})")
+
+
+_WRITTEN = re.compile(rf"\d+|\d+\.damaged(\.\d+)?|\d+\.sha256|{re.escape(BEST)}")
 
 
 def refuse_history(workdir: str, what: str):

@@ -78,12 +78,18 @@ def main(argv):
             raise
         # our checks' words say it all; a library's error may be a bug: its trace is kept
         hint = "--debug for the trace" if ours else f"its trace: {_keep_traceback(e)}"
-        line = f"error: {_what_failed(e, ours)}  ({hint})"
-        if isinstance(e, checkpoint.SaveFailed):  # Orbax's threads may report the write again
-            _say_last(line)
-        else:
-            print(line, file=sys.stderr)
-        sys.exit(2)
+        # Orbax's threads may report a failed write again: the line is said last
+        _refuse(f"{_what_failed(e, ours)}  ({hint})", last=isinstance(e, checkpoint.SaveFailed))
+
+
+def _refuse(words: str, last: bool = False):
+    """The boundary's end, for the command line and every mode alike: `error: <words>` on
+    stderr (`last`: as the final words, `_say_last`), exit status 2."""
+    if last:
+        _say_last(f"error: {words}")
+    else:
+        print(f"error: {words}", file=sys.stderr)
+    sys.exit(2)
 
 
 def _what_failed(e: BaseException, ours: bool) -> str:
@@ -180,8 +186,7 @@ def parse_flags(argv: list[str]) -> list[str]:
             config_lib.load(_named_config(argv))  # config_flags keeps a load's error for later
         return rest
     except Exception as e:  # noqa: BLE001 - absl's errors, and ml_collections' KeyError
-        print(f"error: {_flag_error(argv, e)}", file=sys.stderr)
-        sys.exit(2)
+        _refuse(_flag_error(argv, e))
 
 
 _BOOLEANS = ("true", "t", "1", "false", "f", "0")  # what absl reads as a boolean
