@@ -4,14 +4,15 @@ run killed mid-save leaves the previous checkpoint as the newest. A write that f
 (disk full, quota) is reported as `SaveFailed`, naming the step lost and the newest
 complete one, which the failed write never touched.
 
-Integrity: once a step's write has finished, a digest of its files (`<step>.sha256`
-beside it: each file's size and SHA-256) is written; a resume checks the newest step
-against it and sets a damaged one aside (renamed `<step>.damaged`, with one line saying
-so) for the newest intact one. A step whose digest was never written (the run was killed
-right after the write) is accepted if Orbax reads it whole and its numbers are finite, and
-is never digested afterwards (a digest vouches only for a write seen to finish). Old steps are
-deleted only after a newer one has its digest, so the step a run resumed from survives
-until a newer one is known good.
+Integrity: once a step's write has finished (seen at the end of the next training step),
+a digest of its files (`<step>.sha256` beside it: each file's size and SHA-256) is
+written; a resume checks the newest step against it and sets a damaged one aside (renamed
+`<step>.damaged`, with one line saying so) for the newest intact one. A step whose digest
+was never written (the run was killed right after the write) is set aside for an older
+digested one; a run's only steps are accepted if Orbax reads them whole and their numbers
+are finite, said in one line, and never digested afterwards (a digest vouches only for a
+write seen to finish). Old steps are deleted only after a newer one has its digest, so
+the step a run resumed from survives until a newer one is known good.
 
 A step holds two items: `state`, every array of the run's progress, and `host`, the
 JSON data of each `HostState` in it (explorers' per-problem memories, queues), so both
@@ -83,14 +84,33 @@ class Checkpointer:
         return self.manager.latest_step()
 
     def newest_intact(self) -> int:
-        """The newest step that matches its digest (or has none yet: `restore` checks it),
-        0 if none; newer ones that do not match are set aside, one line each."""
+        """The newest step that matches its digest, 0 if none; newer ones that do not
+        match are set aside, one line each. A step without a digest (its write not seen
+        to finish: a kill within a step of it) is set aside too where an older step has
+        one; the run's only steps are restored as Orbax reads them (`restore` checks
+        what it can), said in one line, and never digested."""
         for step in reversed(steps(self.folder)):
             problem = check_digest(self.folder, step)
-            if problem is None or problem == NO_DIGEST:
+            if problem == NO_DIGEST:
+                older = [s for s in digested(self.folder) if s < step]
+                if not older:
+                    print(f"checkpoint {step} in {self.folder} has no digest (the run stopped "
+                          "before it was written): restored as Orbax reads it, unverified",
+                          file=sys.stderr)  # fmt: skip
+                    return step
+                problem = f"no digest, and step {older[-1]} before it has one"
+            if problem is None:
                 return step
             self.set_aside(step, problem)
         return 0
+
+    def settle(self) -> None:
+        """Digest the background write if it has finished (called after every step), so
+        a kill leaves a step without its digest only within a step of its write; in a run
+        of several processes, at the next save (every process waits there together)."""
+        if jax.process_count() == 1 and self._pending is not None:
+            if not self.manager.is_saving_in_progress():
+                self._wait()
 
     def set_aside(self, step: int, problem: str) -> None:
         """Rename a damaged step out of the way (`<step>.damaged`): kept for inspection,

@@ -334,27 +334,38 @@ def test_a_run_that_lost_its_config_is_not_resumed_as_another(
     assert snapshot(run) == before
 
 
-@pytest.mark.slow
-def test_a_step_without_its_digest_is_checked_and_never_certified(
-    victim, tmp_path, capsys, monkeypatch
-):
-    """Damaged: set aside, and (the run's only step) the resume refused. Intact: restored,
-    and still without a digest after the run goes on (a digest vouches only for a write
-    seen to finish)."""
-    run = _copy(victim, tmp_path)
-    folder = run / "checkpoints"
-    (folder / "1.sha256").unlink()
-    _damage(folder / "1")
-    code, lines = _entry([*SMOKE, "--workdir", str(run)], capsys, monkeypatch)
-    _one_line(code, lines, "no checkpoint in")
-    assert sorted(os.listdir(folder)) == ["1.damaged"]
-    intact = _copy(victim, tmp_path / "intact")
-    (intact / "checkpoints" / "1.sha256").unlink()
+def _train(folder, steps: int) -> None:
     c = grpo.get_config("smoke")
-    c.train.steps, c.train.eval_every = 2, 0
-    loop.train(config_lib.spec(c), str(intact))
-    assert [r["step"] for r in read_metrics(str(intact))] == [1, 2]
-    folder = str(intact / "checkpoints")
+    c.train.steps, c.train.eval_every = steps, 0
+    loop.train(config_lib.spec(c), str(folder))
+
+
+@pytest.mark.slow
+def test_a_step_without_its_digest_is_set_aside_or_restored_and_never_certified(
+    victim, tmp_path, capsys
+):
+    """Beside an older digested step, a step without its digest (here also damaged) is set
+    aside and the run resumes before it; a run's only step without one is restored as
+    Orbax reads it, said in one line, and stays without a digest (a digest vouches only
+    for a write seen to finish)."""
+    run = _copy(victim, tmp_path)
+    _train(run, 2)
+    folder = run / "checkpoints"
+    (folder / "2.sha256").unlink()
+    _damage(folder / "2")
+    capsys.readouterr()
+    _train(run, 3)
+    said = [line for line in capsys.readouterr().err.splitlines() if "checkpoint 2" in line]
+    assert len(said) == 1 and "is damaged (no digest, and step 1 before it has one)" in said[0]
+    assert [r["step"] for r in read_metrics(str(run))] == [1, 2, 3]
+    assert not (folder / "2.damaged.sha256").exists()
+    assert checkpoint_lib.check_digest(str(folder), 2) is None  # the step written again
+    only = _copy(victim, tmp_path / "only")
+    (only / "checkpoints" / "1.sha256").unlink()
+    _train(only, 2)
+    err = capsys.readouterr().err
+    assert "has no digest (the run stopped before it was written): restored as Orbax" in err
+    folder = str(only / "checkpoints")
     assert checkpoint_lib.check_digest(folder, 1) == checkpoint_lib.NO_DIGEST
     assert checkpoint_lib.check_digest(folder, 2) is None
 
@@ -411,3 +422,16 @@ def test_the_command_itself_refuses_in_one_line(args, words, tmp_path):
     lines = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     _one_line(out.returncode, lines, words)
     assert "Traceback" not in out.stderr and not (tmp_path / "run").exists()
+
+
+def test_history_is_a_step_once_written_not_an_unfinished_write(tmp_path):
+    """A run killed inside its first checkpoint's write (Orbax's temporary folder) has no
+    history to lose and reruns; a step set aside, a digest or a best record is history."""
+    folder = tmp_path / "checkpoints"
+    (folder / "1.orbax-checkpoint-tmp-1733").mkdir(parents=True)
+    checkpoint_lib.check_history(str(tmp_path), restorable=False)
+    for name in ("1.damaged", "1.damaged.2", "2.sha256", "best.json"):
+        (folder / name).mkdir()
+        with pytest.raises(checkpoint_lib.History, match=rf"can be restored \({name}"):
+            checkpoint_lib.check_history(str(tmp_path), restorable=False)
+        (folder / name).rmdir()

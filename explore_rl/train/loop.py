@@ -131,6 +131,8 @@ def _train(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mes
             if due or best is not None or stop.received is not None:
                 _check_finite(progress, step + 1, ckpt, logger)
                 ckpt.save(step + 1, progress, force=not due, best=best)
+            else:
+                ckpt.settle()
             bar.set_postfix(
                 {k.split("/")[-1]: f"{metrics[k]:.3f}" for k in PROGRESS if k in metrics}
             )
