@@ -456,17 +456,16 @@ def only_writer(workdir: str, take: bool = True):
     made = not os.path.exists(workdir)
     open_workdir(workdir)
     path = os.path.join(workdir, ".lock")
-    try:
-        with open(path, "a+") as f:
-            _lock(f, workdir, path)
-            try:
-                yield
-            finally:
-                f.truncate(0)
-    except BaseException:
-        if made:  # a refused new run leaves nothing behind: its lock, an empty checkpoints/
-            _remove_unused(workdir)
-        raise
+    with open(path, "a+") as f:
+        _lock(f, workdir, path)
+        try:
+            yield
+        except BaseException:
+            if made:  # a refused new run leaves nothing behind (removed while still held)
+                _remove_unused(workdir)
+            raise
+        finally:
+            f.truncate(0)
 
 
 def _lock(f, workdir: str, path: str) -> None:
