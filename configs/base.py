@@ -196,6 +196,9 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.train.max_skipped_updates = 20  # stop after this many consecutive non-finite updates
     c.train.check_memory = True  # refuse a run whose estimated peak exceeds a device's memory
     c.train.allow_config_change = False  # resume a work directory whose run had another config
+    # a work directory whose history cannot be resumed (every checkpoint damaged, its
+    # config.json lost): move its files to <workdir>.replaced and start over (else refused)
+    c.train.restart = False
     c.train.eval_every = 0  # steps between held-out evaluations (and after the last); 0: none
     c.train.eval_before = False  # also the starting model, as step 0 (verl's val_before_train)
 

@@ -4,13 +4,15 @@ run killed mid-save leaves the previous checkpoint as the newest. A write that f
 (disk full, quota) is reported as `SaveFailed`, naming the step lost and the newest
 complete one, which the failed write never touched.
 
-Integrity: once a step's write has finished, a digest of its files (`<step>.sha256`
-beside it: each file's size and SHA-256) is written; a resume checks the newest step
-against it and sets a damaged one aside (renamed `<step>.damaged`, with one line saying
-so) for the newest intact one. A step whose digest was never written (the run was killed
-right after the write) is accepted if it restores, and then digested. Old steps are
-deleted only after a newer one has its digest, so the step a run resumed from survives
-until a newer one is known good.
+Integrity: once a step's write has finished (seen at the end of the next training step),
+a digest of its files (`<step>.sha256` beside it: each file's size and SHA-256) is
+written; a resume checks the newest step against it and sets a damaged one aside (renamed
+`<step>.damaged`, with one line saying so) for the newest intact one. A step whose digest
+was never written (the run was killed right after the write) is set aside for an older
+digested one; a run's only steps are accepted if Orbax reads them whole and their numbers
+are finite, said in one line, and never digested afterwards (a digest vouches only for a
+write seen to finish). Old steps are deleted only after a newer one has its digest, so
+the step a run resumed from survives until a newer one is known good.
 
 A step holds two items: `state`, every array of the run's progress, and `host`, the
 JSON data of each `HostState` in it (explorers' per-problem memories, queues), so both
@@ -82,14 +84,33 @@ class Checkpointer:
         return self.manager.latest_step()
 
     def newest_intact(self) -> int:
-        """The newest step that matches its digest (or has none yet: `restore` checks it),
-        0 if none; newer ones that do not match are set aside, one line each."""
+        """The newest step that matches its digest, 0 if none; newer ones that do not
+        match are set aside, one line each. A step without a digest (its write not seen
+        to finish: a kill within a step of it) is set aside too where an older step has
+        one; the run's only steps are restored as Orbax reads them (`restore` checks
+        what it can), said in one line, and never digested."""
         for step in reversed(steps(self.folder)):
             problem = check_digest(self.folder, step)
-            if problem is None or problem == NO_DIGEST:
+            if problem == NO_DIGEST:
+                older = [s for s in digested(self.folder) if s < step]
+                if not older:
+                    print(f"checkpoint {step} in {self.folder} has no digest (the run stopped "
+                          "before it was written): restored as Orbax reads it, unverified",
+                          file=sys.stderr)  # fmt: skip
+                    return step
+                problem = f"no digest, and step {older[-1]} before it has one"
+            if problem is None:
                 return step
             self.set_aside(step, problem)
         return 0
+
+    def settle(self) -> None:
+        """Digest the background write if it has finished (called after every step), so
+        a kill leaves a step without its digest only within a step of its write; in a run
+        of several processes, at the next save (every process waits there together)."""
+        if jax.process_count() == 1 and self._pending is not None:
+            if not self.manager.is_saving_in_progress():
+                self._wait()
 
     def set_aside(self, step: int, problem: str) -> None:
         """Rename a damaged step out of the way (`<step>.damaged`): kept for inspection,
@@ -157,8 +178,11 @@ class Checkpointer:
         restored, saved = out.state, out.host or {}
         for path, h in host_states(restored).items():
             h.data = saved.get(path, h.data)
-        if self.main and check_digest(self.folder, step) == NO_DIGEST:
-            write_digest(self.folder, step)  # restored whole: known good from here on
+        # a step without a digest (the run was killed before it was written) is checked by
+        # what Orbax itself knows (its metadata, its reads, above) and by its numbers; it
+        # is never digested afterwards: only a write this process saw finish is vouched for
+        if check_digest(self.folder, step) == NO_DIGEST and not _finite(restored):
+            raise Damaged("it has no digest and holds non-finite numbers")
         return restored
 
     def close(self):
@@ -213,6 +237,15 @@ class Checkpointer:
             ) from error
 
 
+def _finite(tree) -> bool:
+    """Whether every floating-point array of `tree` is finite."""
+    return all(
+        bool(jax.numpy.isfinite(x).all())
+        for x in jax.tree.leaves(tree)
+        if hasattr(x, "dtype") and jax.numpy.issubdtype(x.dtype, jax.numpy.inexact)
+    )
+
+
 def _drop_late_completions() -> None:
     """Once a background write fails, Orbax closes its event loop while the storage layer's
     other writes of that step are still in flight; each then calls back into the closed
@@ -241,12 +274,19 @@ BEST = "best.json"  # {"metric", "step", "value"} of a run's best checkpoint
 def read_best(folder: str) -> dict | None:
     """The best checkpoint's record in a checkpoints folder; None without one, or when its
     step is gone (set aside as damaged)."""
+    path = os.path.join(folder, BEST)
     try:
-        with open(os.path.join(folder, BEST)) as f:
+        with open(path) as f:
             best = json.load(f)
+        step = best["step"]
     except FileNotFoundError:
         return None
-    return best if best["step"] in steps(folder) else None
+    except (ValueError, KeyError, TypeError):  # not the JSON this module writes
+        raise ValueError(
+            f"{path}: not a best checkpoint's record (its JSON is damaged): restore it, or "
+            "move it away (the run then keeps no best checkpoint until the next evaluation)"
+        ) from None
+    return best if step in steps(folder) else None
 
 
 def _best_step(folder: str) -> int | None:
@@ -342,6 +382,50 @@ def open_workdir(workdir: str) -> None:
         raise ValueError(f"--workdir {workdir}: not writable")
 
 
+class History(ValueError):
+    """A work directory whose history (metrics, samples, checkpoints) a new run would
+    replace: refused, or with `train.restart` moved aside (`move_history`)."""
+
+
+def check_history(workdir: str, restorable: bool = True) -> None:
+    """Refuse a run directory whose history a new run would replace: `checkpoints` that is
+    not a folder, or (once no step is left to restore: `restorable` False) checkpoints
+    that were written and are all gone or set aside. Nothing is written either way."""
+    folder = os.path.join(workdir, "checkpoints")
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        refuse_history(workdir, f"{folder} is not a folder")
+    if restorable or not os.path.isdir(folder):
+        return
+    # a step once complete: kept, set aside or digested (Orbax's temporary folder of a
+    # write that never finished is none: the run had no checkpoint yet)
+    written = sorted(n for n in os.listdir(folder) if _WRITTEN.fullmatch(n))
+    if written:
+        shown = ", ".join(written[:4])
+        refuse_history(workdir, f"no checkpoint in {folder} can be restored ({shown})")
+
+
+_WRITTEN = re.compile(rf"\d+|\d+\.damaged(\.\d+)?|\d+\.sha256|{re.escape(BEST)}")
+
+
+def refuse_history(workdir: str, what: str):
+    raise History(
+        f"--workdir {workdir}: {what}, and a new run there would replace the run's history "
+        "(metrics.jsonl, samples/, config.json): use a new --workdir, or "
+        "--config.train.restart=True to move its files aside and start over"
+    )
+
+
+def move_history(workdir: str) -> str:
+    """Move every file of `workdir` but its lock into a new folder beside it,
+    `<workdir>.replaced` (or `.replaced.2`, ...), whose path is returned."""
+    aside = _free_name(os.path.abspath(workdir) + ".replaced")
+    os.makedirs(aside)
+    for name in os.listdir(workdir):
+        if name != ".lock":
+            os.rename(os.path.join(workdir, name), os.path.join(aside, name))
+    return aside
+
+
 def enclosing_run(path: str) -> str | None:
     """The run directory (a folder with config.json and checkpoints/) holding `path`, or
     `path` itself: a folder another mode must not write into (its files would replace the
@@ -369,28 +453,47 @@ def only_writer(workdir: str, take: bool = True):
     if not take:
         yield
         return
+    made = not os.path.exists(workdir)
     open_workdir(workdir)
     path = os.path.join(workdir, ".lock")
     with open(path, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno not in (errno.EAGAIN, errno.EACCES):
-                raise ValueError(f"--workdir {workdir}: cannot lock {path} ({e.strerror})") from e
-            f.seek(0)
-            holder = f.read().strip() or "another process"
-            raise ValueError(
-                f"--workdir {workdir} is in use by {holder}: one run per work directory "
-                "(wait for it to end or stop it)"
-            ) from None
-        f.seek(0)
-        f.truncate()
-        f.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%c')}\n")
-        f.flush()
+        _lock(f, workdir, path)
         try:
             yield
+        except BaseException:
+            if made:  # a refused new run leaves nothing behind (removed while still held)
+                _remove_unused(workdir)
+            raise
         finally:
             f.truncate(0)
+
+
+def _lock(f, workdir: str, path: str) -> None:
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno not in (errno.EAGAIN, errno.EACCES):
+            raise ValueError(f"--workdir {workdir}: cannot lock {path} ({e.strerror})") from e
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        raise ValueError(
+            f"--workdir {workdir} is in use by {holder}: one run per work directory "
+            "(wait for it to end or stop it)"
+        ) from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%c')}\n")
+    f.flush()
+
+
+def _remove_unused(workdir: str) -> None:
+    """Remove a work directory this process made if it holds nothing but its lock and
+    empty folders (a run refused before it wrote anything)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(workdir, ".lock"))
+    for root, _, _ in sorted(os.walk(workdir), key=lambda w: -len(w[0])):
+        with contextlib.suppress(OSError):  # a folder with files in it stays
+            os.rmdir(root)
 
 
 class _OrbaxErrors(logging.Filter):

@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import importlib.util
 import json
+import math
 import os
 import warnings
 
@@ -24,6 +25,7 @@ from explore_rl.answers import EXTRACTORS
 from explore_rl.checkpoint import best_alias
 from explore_rl.data import jsonl, tasks
 from explore_rl.exploration import base as exploration
+from explore_rl.logs import flatten
 from explore_rl.models import lora, weights
 from explore_rl.models.lora import LoraConfig
 from explore_rl.models.tokenizer import PromptFormat
@@ -33,6 +35,7 @@ from explore_rl.rl.train_step import OptimConfig
 from explore_rl.sampling.engine import EngineConfig
 from explore_rl.sampling.sampler import SamplingConfig
 from explore_rl.spec import (
+    DOMAINS,
     EvalSpec,
     ExportSpec,
     MeshSpec,
@@ -167,6 +170,7 @@ def spec(c: ConfigDict, mode: str = "train") -> RunSpec:
     the update both read it. "sample" and "export" run no update, so the update's batch
     is not theirs to check (an SFT run's config exports as it is)."""
     sft = mode == "sft"
+    check_domains(c)  # the values as given, before SFT's batch stands in for the rollout's
     if sft:
         c = copy.deepcopy(c)
         c.rollout.prompts, c.rl.minibatches, c.rl.ppo_epochs = c.sft.batch_size, 1, 1
@@ -256,10 +260,30 @@ def _check(ok: bool, message: str):
         raise ValueError(f"config: {message}")
 
 
+def check_domains(c: ConfigDict) -> None:
+    """Every numeric setting within its domain (`spec.DOMAINS`), every other number
+    (a method's, a task's own) finite, `exploration.methods` a list of names: one line
+    naming the first setting that is not."""
+    methods = c.exploration.methods
+    _check(
+        isinstance(methods, (tuple, list)) and all(isinstance(m, str) for m in methods),
+        f"exploration.methods={methods!r}: give a tuple of method names, e.g. ('ead',)",
+    )
+    values = flatten(c.to_dict())
+    for key, value in values.items():
+        domain = DOMAINS.get(key)
+        if domain is not None:
+            problem = domain.problem(value)
+            _check(problem is None, f"{key}={value!r}: {problem}")
+        elif isinstance(value, float):
+            _check(math.isfinite(value), f"{key}={value!r}: must be a finite number")
+
+
 def validate(c: ConfigDict, update: bool = True) -> None:
     """Every value and combination no run can use, one line naming it (`spec` runs it);
-    the update's batch only where the mode updates (`update`)."""
-    checks = [_check_task, _check_schedule, _check_eval_and_reward, _check_sample, _check_export]
+    the update's batch only where the mode updates (`update`); each value's own domain
+    is `check_domains`'s, run before."""
+    checks = [_check_task, _check_schedule, _check_reward, _check_export]
     for check in ([_check_batch] if update else []) + checks:
         check(c)
     _check_paths(c)
@@ -267,29 +291,15 @@ def validate(c: ConfigDict, update: bool = True) -> None:
 
 
 def _check_batch(c: ConfigDict) -> None:
-    """The step's batch and how the update cuts it."""
+    """The step's batch and how the update cuts it (each value's own domain: `DOMAINS`)."""
     r, o = c.rollout, c.optim
-    _check(r.prompts >= 1, f"rollout.prompts={r.prompts}: need at least 1")
     _check(r.group_size >= 2, f"rollout.group_size={r.group_size}: GRPO needs >= 2 per group")
-    _check(0 < r.top_p <= 1, f"rollout.top_p={r.top_p}: must be in (0, 1]")
-    _check(r.temperature >= 0, f"rollout.temperature={r.temperature}: must be >= 0")
     advantages.ADVANTAGES.get(c.rl.advantage)  # a registered estimator
-    counts = {"rl.minibatches": c.rl.minibatches, "rl.ppo_epochs": c.rl.ppo_epochs,
-              "optim.micro_batches": o.micro_batches}  # fmt: skip
-    for key, value in counts.items():  # before they divide anything
-        _check(value >= 1, f"{key}={value}: need at least 1")
-    _check(o.lr > 0, f"optim.lr={o.lr}: must be > 0")
-    for key in ("warmup_steps", "decay_steps"):
-        _check(getattr(o, key) >= 0, f"optim.{key}={getattr(o, key)}: must be >= 0")
     _check(
         r.prompts % c.rl.minibatches == 0,
         f"rl.minibatches={c.rl.minibatches} must divide rollout.prompts={r.prompts}",
     )
     per_minibatch = r.prompts // c.rl.minibatches
-    _check(
-        o.micro_batch_tokens >= 0,
-        f"optim.micro_batch_tokens={o.micro_batch_tokens}: must be >= 0 (0: by count)",
-    )
     _check(
         o.micro_batch_tokens or per_minibatch % o.micro_batches == 0,
         f"optim.micro_batches={o.micro_batches} must divide the {per_minibatch} "
@@ -323,36 +333,15 @@ def _check_schedule(c: ConfigDict) -> None:
     """The run's length, logging, checkpoints and evaluation schedule."""
     t = c.train
     _check(
-        t.steps >= 1 and t.log_every >= 1 and t.checkpoint_every >= 1,
-        "train.steps, train.log_every and train.checkpoint_every must be >= 1",
-    )
-    _check(  # Orbax keeps none at 0: the next save would delete every checkpoint of the run
-        t.keep_checkpoints >= 1, f"train.keep_checkpoints={t.keep_checkpoints}: need at least 1"
-    )
-    _check(
         not t.best_metric or (t.best_metric.startswith("eval/") and t.eval_every),
         f"train.best_metric={t.best_metric!r}: an evaluation's metric ('eval/<set>/"
         "<metric>', as logged) with train.eval_every > 0",
     )
-    _check(
-        t.max_skipped_updates >= 1,
-        f"train.max_skipped_updates={t.max_skipped_updates}: must be >= 1",
-    )
 
 
-def _check_eval_and_reward(c: ConfigDict) -> None:
-    e, rw = c.eval, c.reward
-    _check(e.samples >= 1, f"eval.samples={e.samples}: need at least 1")
-    _check(c.sft.batch_size >= 1, f"sft.batch_size={c.sft.batch_size}: need at least 1")
-    _check(e.batch_prompts >= 1, f"eval.batch_prompts={e.batch_prompts}: need >= 1")
-    _check(e.num_prompts >= 0, f"eval.num_prompts={e.num_prompts}: must be >= 0 (0: all)")
+def _check_reward(c: ConfigDict) -> None:
     for x in extractors(c):
         _check(x in EXTRACTORS, f"reward.extractors has {x!r}: allowed {EXTRACTORS}")
-    _check(
-        rw.workers >= 1 and rw.timeout > 0 and rw.memory_mb >= 0,
-        f"reward.workers={rw.workers} must be >= 1, reward.timeout={rw.timeout} "
-        f"> 0, reward.memory_mb={rw.memory_mb} >= 0",
-    )
 
 
 def _check_export(c: ConfigDict) -> None:
@@ -360,14 +349,6 @@ def _check_export(c: ConfigDict) -> None:
     _check(f in ("hf", "peft"), f"export.format={f!r}: allowed 'hf', 'peft'")
     has = c.model.lora.rank or c.model.lora.path
     _check(f == "hf" or has, "export.format=peft: model.lora.rank=0 (no adapters)")
-
-
-def _check_sample(c: ConfigDict) -> None:
-    """--mode sample's settings (its sampling section's own checks: `sampling_config`)."""
-    s = c.sample
-    for key in ("num_prompts", "samples_per_prompt"):
-        _check(s[key] >= 1, f"sample.{key}={s[key]}: need at least 1")
-    _check(s.temperature >= 0, f"sample.temperature={s.temperature}: must be >= 0")
 
 
 def _warn_unread_weights(c: ConfigDict) -> None:
@@ -436,7 +417,7 @@ def score_temperature(c: ConfigDict) -> float:
         t = float(value)
     except ValueError:
         t = 0.0
-    _check(t > 0, f"rl.score_temperature={value!r}: 'rollout' or a number > 0")
+    _check(math.isfinite(t) and t > 0, f"rl.score_temperature={value!r}: 'rollout' or a number > 0")
     return t
 
 

@@ -23,12 +23,15 @@ import difflib
 import json
 import os
 import sys
+import tempfile
+import threading
+import traceback
 
 from absl import app, flags, logging
 from ml_collections import ConfigDict, config_flags
 
 import configs
-from explore_rl import caching, checkpoint, parallel
+from explore_rl import caching, checkpoint, parallel, stages
 from explore_rl import config as config_lib
 from explore_rl.logs import flatten
 
@@ -37,8 +40,8 @@ _CONFIG = config_flags.DEFINE_config_file(
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (config, samples, ...).")
 _MODE = flags.DEFINE_enum("mode", "train", config_lib.MODES, "What to run.")
-_TRACEBACK = flags.DEFINE_bool(
-    "traceback", False, "On bad input (a config value, a file), the full traceback too."
+_DEBUG = flags.DEFINE_bool(
+    "debug", False, "A failure's whole traceback on the terminal (else: in a file it names)."
 )
 # Several processes (hosts) in one run: explicitly, or --distributed where the cluster's
 # variables say (a TPU pod's workers); srun / mpirun with several tasks need neither.
@@ -51,25 +54,63 @@ _DISTRIBUTED = flags.DEFINE_bool(
 
 
 def main(argv):
+    """The mode, inside the error boundary: whatever fails while a mode sets up (the
+    config, data, weights, checkpoints, the reward functions) or while eval, sample or
+    export run is one line, `error: <what was being done>: <problem>`, exit status 2, its
+    traceback, where a library raised it, in a file the line names (`--debug`: on the
+    terminal). Once training has started (`stages.training`), a failure keeps the loop's
+    own handling: the run checkpointed, then the error (one line where our own checks
+    raised it: a full disk, diverged updates)."""
     del argv
     logging.set_verbosity(logging.WARNING)  # orbax and jax are chatty at INFO
-    if not _TRACEBACK.value:
+    if not _DEBUG.value:
         checkpoint.quiet_orbax_errors()
     caching.enable_compilation_cache()
     try:
-        parallel.initialize(
-            _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, _DISTRIBUTED.value
-        )
+        with stages.doing("joining the run's processes"):
+            parallel.initialize(
+                _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, _DISTRIBUTED.value
+            )
         _run(_MODE.value, _CONFIG.value, _WORKDIR.value)
-    except (ValueError, OSError) as e:  # bad input, a full disk: one line that names it
-        if _TRACEBACK.value or not _raised_here(e):
+    except Exception as e:  # noqa: BLE001 - the boundary: every failure of a set-up
+        ours = isinstance(e, (ValueError, OSError, stages.Stopped)) and _raised_here(e)
+        if _DEBUG.value or (stages.during_training(e) and not ours):
             raise
-        line = f"error: {e}  (--traceback for the trace)"
-        if isinstance(e, checkpoint.SaveFailed):  # Orbax's threads may report the write again
-            _say_last(line)
-        else:
-            print(line, file=sys.stderr)
-        sys.exit(2)
+        # our checks' words say it all; a library's error may be a bug: its trace is kept
+        hint = "--debug for the trace" if ours else f"its trace: {_keep_traceback(e)}"
+        # Orbax's threads may report a failed write again: the line is said last
+        _refuse(f"{_what_failed(e, ours)}  ({hint})", last=isinstance(e, checkpoint.SaveFailed))
+
+
+def _refuse(words: str, last: bool = False):
+    """The boundary's end, for the command line and every mode alike: `error: <words>` on
+    stderr (`last`: as the final words, `_say_last`), exit status 2."""
+    if last:
+        _say_last(f"error: {words}")
+    else:
+        print(f"error: {words}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _what_failed(e: BaseException, ours: bool) -> str:
+    """One line: our own checks' words (they name the setting or file), or what was being
+    done and the library's error (its type, its first line, the file it names)."""
+    if ours:
+        return str(e).strip()
+    words = (str(e).strip().splitlines() or [""])[0]
+    if isinstance(e, OSError) and e.filename and str(e.filename) not in words:
+        words = f"{e.filename}: {words}"
+    return f"{stages.of(e) or 'setting up'}: {type(e).__name__}: {words}".rstrip(": ")
+
+
+def _keep_traceback(e: BaseException) -> str:
+    """The traceback of `e` in a file of the temporary folder (a refused run directory is
+    left as it was, a refused new one is not made), its path returned."""
+    fd, path = tempfile.mkstemp(prefix="explore_rl-error-", suffix=".log")
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{' '.join(sys.argv)}\n\n")
+        traceback.print_exception(e, file=f)
+    return path
 
 
 def _say_last(line: str) -> None:
@@ -99,32 +140,40 @@ def _run(mode: str, config, workdir: str | None):
     """The config as the mode's run spec (`config.spec`: the one translation), then the
     mode's module, imported when chosen (export and eval need no trainer)."""
     if mode in ("train", "sft") and not workdir:
-        raise app.UsageError(f"--mode {mode} needs --workdir (checkpoints, metrics, resume)")
+        raise ValueError(f"--mode {mode} needs --workdir (checkpoints, metrics, resume)")
     if mode != "sft":  # every other mode reads the model a `model.base` recipe makes
         from explore_rl.train import base_model
 
-        config = base_model.resolve(config)
-    spec = config_lib.spec(config, mode)
-    if mode == "sample":
-        from explore_rl.modes.sample import run_sample
+        with stages.doing(f"making the base model model.base={config.model.base}"):
+            config = base_model.resolve(config)
+    with stages.doing("checking the config"):
+        spec = config_lib.spec(config, mode)
+    with stages.doing(_DOING[mode] + (f" in {workdir}" if workdir else "")):
+        if mode == "sample":
+            from explore_rl.modes.sample import run_sample
 
-        run_sample(spec, workdir)
-    elif mode == "export":
-        from explore_rl.modes.export import run_export
+            run_sample(spec, workdir)
+        elif mode == "export":
+            from explore_rl.modes.export import run_export
 
-        run_export(spec, workdir)
-    elif mode == "eval":
-        from explore_rl.modes.eval import run_eval
+            run_export(spec, workdir)
+        elif mode == "eval":
+            from explore_rl.modes.eval import run_eval
 
-        print(json.dumps(run_eval(spec, workdir), indent=2))
-    elif mode == "sft":
-        from explore_rl.train.sft import train_sft
+            print(json.dumps(run_eval(spec, workdir), indent=2))
+        elif mode == "sft":
+            from explore_rl.train.sft import train_sft
 
-        train_sft(spec, workdir)
-    else:
-        from explore_rl.train.loop import train
+            train_sft(spec, workdir)
+        else:
+            from explore_rl.train.loop import train
 
-        train(spec, workdir)
+            train(spec, workdir)
+
+
+# what each mode is doing, for a failure's line (its work directory follows)
+_DOING = {"train": "starting the run", "sft": "starting the run", "eval": "evaluating",
+          "sample": "sampling", "export": "exporting"}  # fmt: skip
 
 
 def parse_flags(argv: list[str]) -> list[str]:
@@ -137,8 +186,7 @@ def parse_flags(argv: list[str]) -> list[str]:
             config_lib.load(_named_config(argv))  # config_flags keeps a load's error for later
         return rest
     except Exception as e:  # noqa: BLE001 - absl's errors, and ml_collections' KeyError
-        print(f"error: {_flag_error(argv, e)}", file=sys.stderr)
-        sys.exit(2)
+        _refuse(_flag_error(argv, e))
 
 
 _BOOLEANS = ("true", "t", "1", "false", "f", "0")  # what absl reads as a boolean
@@ -160,7 +208,12 @@ def _flag_error(argv: list[str], e: Exception) -> str:
             value = value if has_value else (argv[i + 1] if i + 1 < len(argv) else "")
             if isinstance(fields.get(key), bool) and value.lower() not in _BOOLEANS:
                 return f"--config.{key}={value}: not a boolean (True or False)"
-    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+    words = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    if config is None and any(a == "--config" or a.startswith("--config=") for a in argv):
+        named = _named_config(argv)  # the file failed: name it, and the library's error type
+        if os.path.basename(named.partition(":")[0]) not in words:
+            words = f"--config {named}: {type(e).__name__}: {words}"
+    return words
 
 
 def _named_config(argv: list[str]) -> str:
@@ -188,7 +241,21 @@ def _config_file(argv: list[str]) -> ConfigDict | None:
 def cli() -> None:
     """`python -m explore_rl.main ...`, and the `explore-rl` command (setup.py)."""
     flags.mark_flag_as_required("config")
-    app.run(main, argv=config_lib.config_argv(sys.argv), flags_parser=parse_flags)
+    try:
+        app.run(main, argv=config_lib.config_argv(sys.argv), flags_parser=parse_flags)
+    except SystemExit as e:
+        if e.code == 2:  # refused: a library's worker thread left running must not keep
+            _exit_now(2)  # the process alive (Orbax's are not daemons)
+        raise
+
+
+def _exit_now(code: int) -> None:
+    """End the process with `code` even while threads that are not daemons still run."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if any(t is not threading.main_thread() and not t.daemon for t in threading.enumerate()):
+        os._exit(code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

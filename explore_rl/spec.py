@@ -19,6 +19,7 @@ slots of training and of evaluation (`train.sizing.size`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from explore_rl import parallel
@@ -157,6 +158,7 @@ class TrainSpec:
     max_skipped_updates: int
     check_memory: bool
     allow_config_change: bool
+    restart: bool
     eval_every: int
     eval_before: bool
 
@@ -280,3 +282,105 @@ def replace(obj, **changes):
     for head, inner in nested.items():
         direct[head] = replace(getattr(obj, head), **inner)
     return dataclasses.replace(obj, **direct)
+
+
+@frozen
+class Domain:
+    """The values a numeric setting may take: a finite number (an integer where `integer`)
+    from `low` to `high`, either end excluded where `open_low` / `open_high`, or one of
+    `special` (a sentinel such as -1 = the remaining devices or "auto")."""
+
+    integer: bool = False
+    low: float = -math.inf
+    high: float = math.inf
+    open_low: bool = False
+    open_high: bool = False
+    special: tuple = ()
+    note: str = ""  # what a special value means, said with the domain
+
+    def problem(self, value) -> str | None:
+        """None if `value` is in the domain, else what it must be."""
+        if value in self.special and type(value) is type(self.special[0]):
+            return None
+        kind = int if self.integer else (int, float)
+        number = isinstance(value, kind) and not isinstance(value, bool)
+        if number and math.isfinite(value) and self._inside(value):
+            return None
+        return f"must be {self}"
+
+    def _inside(self, x) -> bool:
+        above = x > self.low if self.open_low else x >= self.low
+        below = x < self.high if self.open_high else x <= self.high
+        return above and below
+
+    def __str__(self) -> str:
+        what = "an integer" if self.integer else "a finite number"
+        if math.isinf(self.low) and math.isinf(self.high):
+            bounds = ""
+        elif math.isinf(self.high):
+            bounds = f" {'>' if self.open_low else '>='} {_show(self.low)}"
+        else:
+            bounds = (f" in {'(' if self.open_low else '['}{_show(self.low)}, "
+                      f"{_show(self.high)}{')' if self.open_high else ']'}")  # fmt: skip
+        return what + bounds + (f" ({self.note})" if self.note else "")
+
+
+def _show(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+COUNT = Domain(integer=True, low=1)  # how many of something, at least one
+COUNT_OR_OFF = Domain(integer=True, low=0)  # 0: none, all or off (the setting's comment)
+POSITIVE = Domain(low=0, open_low=True)
+NON_NEGATIVE = Domain(low=0)
+FINITE = Domain()
+PROBABILITY_MASS = Domain(low=0, high=1, open_low=True)  # (0, 1]: top-p
+DECAY = Domain(low=0, high=1, open_high=True)  # [0, 1): Adam's betas, a ratio clip below 1
+INT32 = 2**31 - 1  # the sampler's token indices and counts are int32
+
+# Every numeric setting's domain, by its config key (configs/base.py comments each; the
+# fields are this module's sections' and the library objects' they hold), checked before
+# any work (`config.validate`); a float setting missing here must still be finite, and a
+# method's or task's own settings are checked by their `check`.
+DOMAINS: dict[str, Domain] = {
+    "seed": Domain(integer=True, low=0, high=2**32 - 1),
+    "model.attention_block": COUNT, "model.logits_chunk": COUNT,
+    "model.lora.rank": Domain(integer=True, low=0, note="0: no LoRA"),
+    "model.lora.alpha": POSITIVE,
+    "task.num_operands": COUNT, "task.min_digits": COUNT, "task.max_digits": COUNT,
+    "task.train_size": COUNT, "task.test_size": COUNT,
+    "reward.format_weight": FINITE, "reward.workers": COUNT, "reward.timeout": POSITIVE,
+    "reward.memory_mb": COUNT_OR_OFF,
+    "rollout.prompts": COUNT, "rollout.group_size": COUNT,
+    "rollout.max_new_tokens": Domain(integer=True, low=1, high=INT32),
+    "rollout.max_prompt_len": Domain(integer=True, low=1, high=INT32),
+    "rollout.temperature": NON_NEGATIVE, "rollout.top_p": PROBABILITY_MASS,
+    "rollout.top_k": Domain(integer=True, low=0, high=INT32, note="0: all"),
+    "rollout.max_generation_batches": COUNT,
+    "rollout.slots": Domain(integer=True, low=0, special=("auto",), note='or "auto"'),
+    "rollout.decode_chunk": COUNT,
+    "rl.eps_low": DECAY, "rl.eps_high": NON_NEGATIVE,
+    "rl.gspo_eps_low": DECAY, "rl.gspo_eps_high": NON_NEGATIVE,
+    "rl.dual_clip": NON_NEGATIVE, "rl.tis_cap": NON_NEGATIVE,
+    "rl.entropy_coef": NON_NEGATIVE, "rl.kl_coef": NON_NEGATIVE,
+    "rl.ppo_epochs": COUNT, "rl.minibatches": COUNT,
+    "optim.lr": POSITIVE, "optim.warmup_steps": COUNT_OR_OFF, "optim.decay_steps": COUNT_OR_OFF,
+    "optim.weight_decay": NON_NEGATIVE, "optim.b1": DECAY, "optim.b2": DECAY,
+    "optim.eps": POSITIVE, "optim.max_grad_norm": POSITIVE,
+    "optim.micro_batches": COUNT, "optim.micro_batch_tokens": COUNT_OR_OFF,
+    "mesh.data": COUNT, "mesh.tensor": COUNT,
+    "mesh.fsdp": Domain(integer=True, low=1, special=(-1,), note="or -1: the remaining devices"),
+    "train.steps": COUNT, "train.log_every": COUNT, "train.samples_to_log": COUNT_OR_OFF,
+    "train.checkpoint_every": COUNT, "train.keep_checkpoints": COUNT,
+    "train.max_skipped_updates": COUNT, "train.eval_every": COUNT_OR_OFF,
+    "eval.step": COUNT_OR_OFF, "eval.num_prompts": COUNT_OR_OFF, "eval.samples": COUNT,
+    "eval.temperature": NON_NEGATIVE, "eval.top_p": PROBABILITY_MASS,
+    "eval.max_new_tokens": Domain(integer=True, low=1, high=INT32),
+    "eval.batch_prompts": COUNT,
+    "export.step": COUNT_OR_OFF, "export.max_shard_gb": POSITIVE,
+    "sft.batch_size": COUNT,
+    "sample.num_prompts": COUNT, "sample.samples_per_prompt": COUNT,
+    "sample.temperature": NON_NEGATIVE, "sample.top_p": PROBABILITY_MASS,
+    "sample.top_k": Domain(integer=True, low=0, high=INT32, note="0: all"),
+    "sample.max_new_tokens": Domain(integer=True, low=1, high=INT32),
+}  # fmt: skip

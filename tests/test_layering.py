@@ -18,7 +18,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "explore_rl"
 # the first seven, each importing only those before it.
 LAYERS = (
     ("core/base", ("registry", "parallel", "caching", "memory", "logs", "hoststate",
-                   "checkpoint")),
+                   "checkpoint", "stages")),
     ("core/models", ("models",)),  # families, the decoder, attention, loading, tokenizers
     ("core/sampling", ("sampling",)),  # batch shapes, the sampler and the slot engine
     ("core/answers", ("answers",)),  # the answer a text states

@@ -54,7 +54,7 @@ def test_bad_config_and_prompt_field_fail_clearly(tmp_path):
     assert last.startswith(f"error: {prompts}: line 1: no field 'question' (fields: ['problem'])")
     out = run_main(  # a method's check, through the same line
         "--config", "configs/eden.py:smoke", "--workdir", str(tmp_path / "r"),
-        "--config.exploration.eden.noisy=4", "--traceback",
+        "--config.exploration.eden.noisy=4", "--debug",
     )  # fmt: skip
     assert out.returncode != 0 and "Traceback" in out.stderr
     assert "exploration.eden.noisy=4: must be in [0, group_size=4)" in out.stderr
@@ -83,11 +83,11 @@ def test_sample_mode_honours_random_init(tmp_path, capsys):
 @pytest.mark.parametrize(
     "key,value,words",
     [
-        ("samples_per_prompt", 0, "sample.samples_per_prompt=0: need at least 1"),
-        ("num_prompts", 0, "sample.num_prompts=0: need at least 1"),
-        ("max_new_tokens", 0, "sample.max_new_tokens=0: need at least 1"),
-        ("top_k", -1, "sample.top_k=-1: must be >= 0"),
-        ("temperature", -0.5, "sample.temperature=-0.5: must be >= 0"),
+        ("samples_per_prompt", 0, "sample.samples_per_prompt=0: must be an integer >= 1"),
+        ("num_prompts", 0, "sample.num_prompts=0: must be an integer >= 1"),
+        ("max_new_tokens", 0, r"sample.max_new_tokens=0: must be an integer in \[1, "),
+        ("top_k", -1, r"sample.top_k=-1: must be an integer in \[0, 2147483647\] \(0: all\)"),
+        ("temperature", -0.5, "sample.temperature=-0.5: must be a finite number >= 0"),
     ],
 )
 def test_sample_settings_are_checked_before_the_model_is_read(key, value, words, monkeypatch):

@@ -135,6 +135,10 @@ def raises_on_odd_length(response, problem):
     return 1.0
 
 
+def returns_a_string(response, problem):
+    return "1.0"
+
+
 def allocates_without_bound(*_):
     chunks = []
     while True:
@@ -142,14 +146,16 @@ def allocates_without_bound(*_):
 
 
 @pytest.mark.slow
-def test_a_reward_that_raises_or_allocates_without_bound_is_counted():
+def test_a_reward_that_raises_allocates_without_bound_or_is_a_string_is_counted():
     with Verifier(workers=1, timeout=20.0, memory_mb=2048) as v:
         assert v.score([("a", None), ("ab", None)], raises_on_odd_length) == Scores(
             [0.0, 1.0], 0, 1
         )
         assert v.score([("x", None)], allocates_without_bound) == Scores([0.0], 0, 1)
+        # a string is the function's error, not a number read from its text
+        assert v.score([("x", None)], returns_a_string) == Scores([0.0], 0, 1)
         assert v.score([(r"\boxed{0.5}", "1/2")]) == Scores([1.0], 0, 0)  # the workers go on
-        assert v.errors_total == 2
+        assert v.errors_total == 3
 
 
 def test_reward_registry_and_config_errors(tmp_path, monkeypatch):

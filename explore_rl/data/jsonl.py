@@ -17,6 +17,7 @@ import json
 import logging
 import os
 
+from explore_rl import stages
 from explore_rl.answers import after_hash, last_boxed
 from explore_rl.data.tasks import WHOLE, Problem, Shard, register
 
@@ -62,7 +63,13 @@ def _reference(value, how: str) -> str | None:
 def read_rows(path: str, shard: Shard = WHOLE):
     """(row index, where, row) of each row of a dataset file or folder that `shard` owns:
     `where` is a line number for JSONL, an index for JSON arrays, Parquet and `datasets`
-    folders. Rows of other shards are not parsed (JSONL) or not converted (Arrow)."""
+    folders. Rows of other shards are not parsed (JSONL) or not converted (Arrow). A
+    library's error on bad bytes (a corrupt Parquet page, say) names the file."""
+    with stages.doing(f"reading {path}"):
+        yield from _read_rows(path, shard)
+
+
+def _read_rows(path: str, shard: Shard):
     if os.path.isdir(path):  # datasets.save_to_disk: state.json names the Arrow files
         state = os.path.join(path, "state.json")
         if not os.path.exists(state):

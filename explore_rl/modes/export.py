@@ -87,6 +87,8 @@ def run_export(spec: RunSpec, workdir: str | None) -> str:
     """Write the HF folder to `workdir`; returns its path."""
     if not workdir:
         raise ValueError("--mode export needs --workdir (the folder to write)")
+    if os.path.exists(workdir) and not os.path.isdir(workdir):  # before any weight is read
+        raise ValueError(f"--workdir {workdir}: a file, not a folder")
     if os.path.isdir(workdir) and os.listdir(workdir):
         raise ValueError(f"--workdir {workdir}: not empty (export writes a fresh folder)")
     run = checkpoint_lib.enclosing_run(workdir)

@@ -116,12 +116,20 @@ def _score_one(fn, args, timeout: float) -> tuple[list[float], bool, bool]:
     return _score_batch(lambda items: [fn(*items[0])], [args], timeout)
 
 
+def _number(x) -> float:
+    """A reward as a float: a number of any kind (numpy's, a 0-d array); a string is the
+    function's error, not a number read from its text."""
+    if isinstance(x, (str, bytes)):
+        raise TypeError(f"a reward must be a number, not {type(x).__name__} {x!r}")
+    return float(x)
+
+
 def _score_batch(fn, items: list, timeout: float) -> tuple[list[float], bool, bool]:
     """(rewards, timed out, raised) of one call `fn(items)` -> a reward per item, under a
     real-time timer in the worker; over time or raising, each item scores 0."""
     signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
-        rewards = [float(x) for x in fn(items)]
+        rewards = [_number(x) for x in fn(items)]
         if len(rewards) != len(items):
             raise ValueError(f"{len(rewards)} rewards for {len(items)} items")
         return rewards, False, False

@@ -48,6 +48,7 @@ import importlib.util
 import inspect
 import math
 import os
+import pickle
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -305,11 +306,26 @@ def _function(entry: str, section, weight: float) -> Function:
         fn = load(entry, "reward.fn")
         if not callable(fn):
             raise ValueError(f"{said}: not a function")
+        _check_sendable(fn, said)
         return Function(entry.rpartition(":")[2], fn, calling_of(fn, said), weight)
     if section.fn and entry not in REWARDS.known():
         raise ValueError(f"{said}: give 'module.path:name' or a reward of {REWARDS.known()}")
     fn = REWARDS.get(entry)(section)
     return Function(entry, fn, calling_of(fn, said), weight)
+
+
+def _check_sendable(fn: Callable, said: str) -> None:
+    """The reward workers receive a function pickled (by its module and name): one that
+    does not pickle (a lambda, a function defined inside another) is refused now, before
+    the model loads, not at the first scoring."""
+    try:
+        pickle.dumps(fn)
+    except Exception as e:  # noqa: BLE001 - pickle raises several types
+        raise ValueError(
+            f"{said}: cannot be sent to the reward workers ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}): define it with `def` at the top "
+            "level of its module"
+        ) from None
 
 
 def weights(section, count: int) -> list[float]:

@@ -22,10 +22,11 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
 from explore_rl import checkpoint as checkpoint_lib
-from explore_rl import memory, parallel
+from explore_rl import memory, parallel, stages
 from explore_rl.checkpoint import Checkpointer
 from explore_rl.data import sharded, tasks
 from explore_rl.evaluation.evaluate import fit_held_out, run_keys
@@ -135,23 +136,58 @@ class Run:
 
 def start(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mesh: Mesh):
     """Load everything a run of `spec` needs onto `mesh`; resume from the newest intact
-    checkpoint if there is one."""
+    checkpoint if there is one. A work directory whose history a new run would replace
+    (`checkpoint.History`) is refused, or with `train.restart` its files are moved aside
+    and the run starts over; on any failure the checkpointer's threads end."""
+    try:
+        return _open(spec, explorers, workdir, verifier, mesh)
+    except checkpoint_lib.History:
+        if not spec.train.restart:
+            raise
+    if parallel.is_main_process():
+        aside = checkpoint_lib.move_history(workdir)
+        print(f"train.restart: the files of {workdir} moved to {aside}; a new run starts",
+              file=sys.stderr)  # fmt: skip
+    if jax.process_count() > 1:  # every process opens the directory after the move
+        multihost_utils.sync_global_devices("train.restart")
+    return _open(spec, explorers, workdir, verifier, mesh)
+
+
+def _open(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mesh: Mesh):
     checkpoint_lib.open_workdir(workdir)
     t = spec.train
-    ckpt = Checkpointer(workdir, t.keep_checkpoints, parallel.is_main_process(), t.best_metric)
-    step = ckpt.newest_intact()
-    if step:  # before anything is loaded: a run of another config is refused now
-        check_same_run(spec, workdir)
+    with stages.doing(f"opening the checkpoints of {workdir}"):
+        checkpoint_lib.check_history(workdir)
+        ckpt = Checkpointer(workdir, t.keep_checkpoints, parallel.is_main_process(), t.best_metric)
+    try:
+        return _start(spec, explorers, workdir, verifier, mesh, ckpt)
+    except BaseException:
+        ckpt.close()
+        raise
+
+
+def _start(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mesh: Mesh, ckpt):
+    with stages.doing(f"checking the checkpoints in {ckpt.folder}"):
+        step = ckpt.newest_intact()
+    if not step:
+        checkpoint_lib.check_history(workdir, restorable=False)
+    with stages.doing(f"reading {os.path.join(workdir, 'config.json')}"):
+        check_same_run(spec, workdir, resuming=bool(step))  # before anything is loaded
+    if step:
         check_kept(spec, ckpt)
     memory.trim_after_compiles()
-    cfg, tok = spec.model.config()
+    with stages.doing(f"reading the model of model.path={spec.model.path}"):
+        cfg, tok = spec.model.config()
     if cfg.param_dtype == "bfloat16":  # bfloat16 keeps 8 significant bits
         logging.warning(
             "model.param_dtype=bfloat16: an optimizer step of ~optim.lr=%g is rounded away "
             "on every weight above ~%.2g; train float32 weights (model.dtype=bfloat16 keeps "
             "the matmuls in bfloat16)", spec.optim.lr, 256 * spec.optim.lr,
         )  # fmt: skip
-    run = Run.create(spec.with_stop_ids(tok.stop_ids), explorers, cfg, tok, verifier, workdir, mesh)
+    with stages.doing(f"reading the problems of task {spec.task.name!r}"):
+        run = Run.create(
+            spec.with_stop_ids(tok.stop_ids), explorers, cfg, tok, verifier, workdir, mesh
+        )
     if not run.train_set:
         raise ValueError(
             f"task {spec.task.name!r} has no training problems: set task.train_path "
@@ -176,13 +212,15 @@ def start(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mesh
             run.spec, cfg, dict(mesh.shape), run.optimizer, run.longest_prompt, run.explorers,
             run.memory_estimate,
         )  # fmt: skip
-    params = spec.model.load_params(spec.seed, cfg, parallel.placer(mesh, family.axes))
+    with stages.doing(f"loading the weights of model.path={spec.model.path}"):
+        params = spec.model.load_params(spec.seed, cfg, parallel.placer(mesh, family.axes))
     if cfg.lora:
         params = lora.attach(params, new_adapters(spec, cfg, mesh))
     elif spec.loss.kl_coef:
         run.ref_params = jax.tree.map(jnp.copy, params)
     state = parallel.create(init_state, mesh, family.axes, params, run.optimizer)
-    return run, _resume(run, ckpt, step, state, mesh), ckpt
+    with stages.doing(f"restoring step {step} of {ckpt.folder}"):
+        return run, _resume(run, ckpt, step, state, mesh), ckpt
 
 
 def new_adapters(spec: RunSpec, cfg: ModelConfig, mesh: Mesh) -> dict:
@@ -220,6 +258,8 @@ def _resume(run: Run, ckpt: Checkpointer, step: int, state, mesh: Mesh) -> Progr
         except checkpoint_lib.Damaged as e:
             ckpt.set_aside(step, str(e))
             step = ckpt.newest_intact()
+            if not step:  # every step set aside: the run's history is not replaced
+                checkpoint_lib.check_history(run.workdir, restorable=False)
     states = {ex.name: ex.init(ctx) for ex in run.explorers}
     return placed(Progress(state, jnp.zeros((), jnp.int32), states), mesh)
 
@@ -375,13 +415,23 @@ _SCHEDULING = (
 )  # fmt: skip
 
 
-def check_same_run(spec: RunSpec, workdir: str) -> None:
+def check_same_run(spec: RunSpec, workdir: str, resuming: bool = True) -> None:
     """A work directory with checkpoints resumes only the run its config.json describes:
     another model, task, rollout, update or method setting (or seed) is refused, naming the
     first difference, unless `train.allow_config_change`. Length, logging, evaluation,
-    placement and rollout-scheduling settings may change on resume."""
+    placement and rollout-scheduling settings may change on resume. A directory with
+    checkpoints (`resuming`) or metrics and no config.json is refused: what ran there is
+    unknown. A new run's directory (no config.json, nothing logged) passes."""
     path = os.path.join(workdir, "config.json")
-    if spec.train.allow_config_change or not os.path.exists(path):
+    if spec.train.allow_config_change:
+        return
+    if not os.path.exists(path):
+        logged = os.path.exists(os.path.join(workdir, "metrics.jsonl"))
+        if resuming or logged:
+            checkpoint_lib.refuse_history(
+                workdir, "its config.json is missing, so what ran there is unknown (restore "
+                "it, or --config.train.allow_config_change=True resumes it as this config)"
+            )  # fmt: skip
         return
     with open(path) as f:
         before = flatten(json.load(f))

@@ -17,11 +17,13 @@ import signal
 import sys
 import threading
 
+import jax
+import jax.numpy as jnp
 from jax.sharding import Mesh
 from tqdm import tqdm
 
 from explore_rl import checkpoint as checkpoint_lib
-from explore_rl import parallel
+from explore_rl import parallel, stages
 from explore_rl.evaluation.evaluate import Stopped
 from explore_rl.exploration import base as exploration
 from explore_rl.logs import RunLogger, check_wandb
@@ -120,7 +122,7 @@ def _train(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mes
             "cache: a rerun of the same shapes starts in seconds)",
             file=sys.stderr,
         )
-    with _StopSignals() as stop:
+    with stages.training(), _StopSignals() as stop:
         for step in bar:
             progress, metrics, samples = step_fn(run, progress, step)
             # this process's first step compiles; its second times decoding (SFT: none)
@@ -133,7 +135,10 @@ def _train(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mes
             due = (step + 1) % t.checkpoint_every == 0 or step + 1 == t.steps
             best = metrics[t.best_metric] if ckpt.improves(metrics) else None
             if due or best is not None or stop.received is not None:
+                _check_finite(progress, step + 1, ckpt, logger)
                 ckpt.save(step + 1, checkpointed(progress), force=not due, best=best)
+            else:
+                ckpt.settle()
             bar.set_postfix(
                 {k.split("/")[-1]: f"{metrics[k]:.3f}" for k in PROGRESS if k in metrics}
             )
@@ -146,7 +151,7 @@ def _train(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mes
             if skipped_in_a_row >= t.max_skipped_updates:
                 ckpt.close()
                 logger.close()
-                raise RuntimeError(
+                raise stages.Stopped(
                     f"{skipped_in_a_row} updates in a row skipped for a non-finite loss or "
                     f"gradient (through step {step + 1}; {updates_per_step} per step): lower "
                     "optim.lr or check the rewards (train.max_skipped_updates)"
@@ -160,6 +165,28 @@ def _train(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mes
     if main:
         print(_summary(workdir, start_step, t.steps, metrics), file=sys.stderr)
     return progress
+
+
+def _check_finite(progress, step: int, ckpt, logger: RunLogger) -> None:
+    """Weights that are not finite are never checkpointed: the run stops with one line, its
+    newest checkpoint intact. Checked at each save (a reduction over the weights, which
+    the save reads anyway): between saves, non-finite weights make every loss non-finite,
+    and those updates are skipped and counted (`train.max_skipped_updates`)."""
+    if bool(_finite(progress.state.params)):
+        return
+    ckpt.close()
+    logger.close()
+    raise stages.Stopped(
+        f"the weights are not finite at step {step}: not checkpointed (the newest "
+        f"checkpoint, step {ckpt.latest_step() or 'none'}, is intact); lower optim.lr or "
+        "check the rewards"
+    )
+
+
+@jax.jit
+def _finite(tree) -> jax.Array:
+    """Whether every number of `tree` is finite (one reduction on the devices)."""
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
 
 
 def _open_logs(run, workdir: str, start_step: int, main: bool) -> RunLogger:
