@@ -226,6 +226,31 @@ def logit_scale(params, cfg, prompts, pmask, tokens, mask, temperature=1.0, inte
     return float((z[live] / tau[live]).max())
 
 
+def sampled_updates(params, cfg, mesh, prompts, pmask, group: int = 4, new: int = 6):
+    """`group` rollouts of `new` tokens for each prompt, scored as pi_old, then two GRPO
+    updates (two micro-batches each) on `mesh` with random advantages: (the samples, the
+    sharded batch, the state after, the first update's metrics). The multi-device tests'
+    one workload, run once on one device and once on a mesh."""
+    from explore_rl import parallel
+    from explore_rl.rl import losses
+    from explore_rl.rl.train_step import Batch, OptimConfig, init_state, make_optimizer, train_step
+    from explore_rl.sampling.sampler import SamplingConfig, sample
+
+    b = prompts.shape[0] * group
+    temps = jnp.ones((b, new))
+    r = sample(params, cfg, prompts, pmask, jax.random.key(2), temps, SamplingConfig(new))
+    old, _ = scoring.score(params, cfg, prompts, pmask, r.tokens, r.mask)
+    adv = jax.random.normal(jax.random.key(3), (b,))
+    batch = Batch(prompts, pmask, r.tokens, r.mask, adv, r.logprobs, old, jnp.ones(b))
+    batch = parallel.shard_batch(batch, mesh)
+    oc, lc = OptimConfig(lr=1e-3, micro_batches=2), losses.LossConfig()
+    opt = make_optimizer(oc)
+    state = parallel.create(init_state, mesh, family.axes, jax.tree.map(jnp.copy, params), opt)
+    state, m = train_step(state, batch, cfg, lc, oc, opt)
+    state, _ = train_step(state, batch, cfg, lc, oc, opt)
+    return r, batch, state, m
+
+
 def log_softmax(z):
     """NumPy's log-softmax over the last axis, for reference log-probs."""
     z = z - z.max(-1, keepdims=True)

@@ -357,11 +357,7 @@ SHARDED = textwrap.dedent("""
     caching.enable_compilation_cache(write=False)  # as test_sharded_step.py says why
     from explore_rl import parallel
     from explore_rl.models import family, lora, presets, transformer
-    from explore_rl.rl import losses
-    from explore_rl.rl.scoring import score
-    from explore_rl.rl.train_step import Batch, OptimConfig, init_state, make_optimizer, train_step
-    from explore_rl.sampling.sampler import SamplingConfig, sample
-    from helpers import assert_float32_close, logit_scale
+    from helpers import assert_float32_close, logit_scale, sampled_updates
     assert jax.device_count() == 8
     cfg = presets.get_preset("tiny-qwen2").replace(lora=lora.LoraConfig(2, 4.0))
     base = transformer.init_params(cfg, jax.random.key(0), scale=0.3)
@@ -373,29 +369,15 @@ SHARDED = textwrap.dedent("""
     q, g, t = 4, 4, 6
     prompts = jax.random.randint(jax.random.key(1), (q, 5), 1, 64)
     pmask = jnp.ones((q, 5), bool).at[1, :2].set(False)
-
-    def run(params, prompts, pmask):
-        temps = jnp.ones((q * g, t))
-        r = sample(params, cfg, prompts, pmask, jax.random.key(2), temps, SamplingConfig(t))
-        old, _ = score(params, cfg, prompts, pmask, r.tokens, r.mask)
-        adv = jax.random.normal(jax.random.key(3), (q * g,))
-        batch = Batch(prompts, pmask, r.tokens, r.mask, adv, r.logprobs, old, jnp.ones(q * g))
-        batch = parallel.shard_batch(batch, mesh)
-        oc, lc = OptimConfig(lr=1e-3, micro_batches=2), losses.LossConfig()
-        opt = make_optimizer(oc)
-        state = parallel.create(init_state, mesh, family.axes, jax.tree.map(jnp.copy, params), opt)
-        for _ in range(2):
-            state, m = train_step(state, batch, cfg, lc, oc, opt)
-        return r, state, m
-
     mesh = parallel.make_mesh(devices=jax.devices()[:1])
-    r1, single, m1 = run(params, prompts, pmask)
+    r1, _, single, _ = sampled_updates(params, cfg, mesh, prompts, pmask, g, t)
     src = jnp.repeat(jnp.arange(q), g)
     z = logit_scale(params, cfg, prompts[src], pmask[src], r1.tokens, r1.mask)
     mesh = parallel.make_mesh(data=2, fsdp=2, tensor=2)
     with parallel.use(mesh):
         placed = parallel.place(params, mesh, family.axes)
-        r2, sharded, m2 = run(placed, *parallel.shard_batch((prompts, pmask), mesh))
+        placed_prompts = parallel.shard_batch((prompts, pmask), mesh)
+        r2, _, sharded, _ = sampled_updates(placed, cfg, mesh, *placed_prompts, g, t)
     layer = sharded.params["layers"][1]  # adapters along their weight's axes
     spec = lambda x: tuple(x.sharding.spec) + (None,) * (x.ndim - len(x.sharding.spec))
     specs = {n: spec(layer[n]) for n in ("q_lora_a", "q_lora_b", "o_lora_a", "down_lora_b")}
@@ -427,7 +409,7 @@ def test_sharded_lora_on_a_data_fsdp_tensor_mesh_equals_one_device():
 @pytest.mark.parametrize(
     "settings, message",
     [
-        ({"model.lora.rank": -1}, "model.lora.rank=-1: must be >= 1"),
+        ({"model.lora.rank": -1}, "model.lora.rank=-1: must be an integer >= 0"),
         ({"model.lora.rank": 2, "model.lora.targets": "q,lm_head"}, "'lm_head' is not a linear"),
         ({"export.format": "peft"}, "export.format=peft: model.lora.rank=0 (no adapters)"),
         ({"export.format": "gguf"}, "export.format='gguf': allowed 'hf', 'peft'"),

@@ -22,35 +22,16 @@ SCRIPT = textwrap.dedent("""
     caching.enable_compilation_cache(write=False)
     from explore_rl import parallel
     from explore_rl.models import family, presets, transformer
-    from explore_rl.rl import footprint, losses
-    from explore_rl.rl.train_step import Batch, OptimConfig, init_state, make_optimizer
-    from explore_rl.rl.scoring import score
-    from explore_rl.rl.train_step import train_step
-    from explore_rl.sampling.sampler import SamplingConfig, sample
-    from helpers import assert_float32_close, logit_scale
+    from explore_rl.rl import footprint
+    from helpers import assert_float32_close, logit_scale, sampled_updates
     assert jax.device_count() == 8
     cfg = presets.get_preset("tiny-qwen2")
     params = transformer.init_params(cfg, jax.random.key(0), scale=0.3)
     q, g, t = 4, 4, 6
     prompts = jax.random.randint(jax.random.key(1), (q, 5), 1, 64)
     pmask = jnp.ones((q, 5), bool).at[1, :2].set(False)
-    temps = jnp.ones((q * g, t))
-
-    def run(params, prompts, pmask):
-        r = sample(params, cfg, prompts, pmask, jax.random.key(2), temps, SamplingConfig(t))
-        old, _ = score(params, cfg, prompts, pmask, r.tokens, r.mask)
-        adv = jax.random.normal(jax.random.key(3), (q * g,))
-        batch = Batch(prompts, pmask, r.tokens, r.mask, adv, r.logprobs, old, jnp.ones(q * g))
-        batch = parallel.shard_batch(batch, mesh)
-        oc, lc = OptimConfig(lr=1e-3, micro_batches=2), losses.LossConfig()
-        opt = make_optimizer(oc)
-        state = parallel.create(init_state, mesh, family.axes, jax.tree.map(jnp.copy, params), opt)
-        state, m = train_step(state, batch, cfg, lc, oc, opt)
-        state, _ = train_step(state, batch, cfg, lc, oc, opt)
-        return r, batch, state, m
-
     mesh = parallel.make_mesh(devices=jax.devices()[:1])
-    r1, _, single, m1 = run(params, prompts, pmask)
+    r1, _, single, m1 = sampled_updates(params, cfg, mesh, prompts, pmask, g, t)
     src = jnp.repeat(jnp.arange(q), g)
     z = logit_scale(params, cfg, prompts[src], pmask[src], r1.tokens, r1.mask)  # mu's logits
     mesh = parallel.make_mesh(data=2, fsdp=2, tensor=2)
@@ -65,9 +46,10 @@ SCRIPT = textwrap.dedent("""
         held = sum(x.addressable_shards[0].data.nbytes for x in jax.tree.leaves(placed))
         shapes = jax.eval_shape(lambda: params)
         assert footprint.per_device_bytes(shapes, dict(mesh.shape)) == held
-        r2, batch, sharded, m2 = run(placed, *parallel.shard_batch((prompts, pmask), mesh))
+        placed_prompts = parallel.shard_batch((prompts, pmask), mesh)
+        r2, batch, sharded, m2 = sampled_updates(placed, cfg, mesh, *placed_prompts, g, t)
         cfg = cfg.replace(scan_layers=True)  # the stacked weights sharded as the layers'
-        r3, _, scanned, _ = run(placed, *parallel.shard_batch((prompts, pmask), mesh))
+        r3, _, scanned, _ = sampled_updates(placed, cfg, mesh, *placed_prompts, g, t)
     assert batch.tokens.sharding.spec == P(("data", "fsdp"), None)
     np.testing.assert_array_equal(np.asarray(r1.tokens), np.asarray(r2.tokens))
     np.testing.assert_array_equal(np.asarray(r1.mask), np.asarray(r2.mask))
