@@ -348,7 +348,7 @@ def _said(c, tmp_path) -> dict[str, str]:
     spec = config_lib.spec(c)
     cfg, tok = spec.model.config()
     run = build.Run.create(spec.with_stop_ids(tok.stop_ids), [], cfg, tok, None)
-    lines = build.what_runs(run, str(tmp_path), 0).splitlines()
+    lines = build.what_runs(run, str(tmp_path), 0, run.train_set[0]).splitlines()
     return {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in lines}
 
 

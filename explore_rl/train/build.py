@@ -204,8 +204,9 @@ def _start(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mes
         slots, evaluating = run.spec.rollout.engine.slots, run.spec.eval.engine.slots
         print(f"rollout.slots=auto: {slots or 'every row at once'} (evaluation: "
               f"{evaluating or 'every row of a batch at once'})", file=sys.stderr)  # fmt: skip
+    first = run.train_set[0]  # collective where the data is sharded: every process takes it
     if main:
-        print(what_runs(run, workdir, step), file=sys.stderr)
+        print(what_runs(run, workdir, step, first), file=sys.stderr)
         print(run.memory_estimate.summary(), file=sys.stderr)
     if spec.train.check_memory:  # before the weights are read
         sizing.check(
@@ -264,7 +265,7 @@ def _resume(run: Run, ckpt: Checkpointer, step: int, state, mesh: Mesh) -> Progr
     return placed(Progress(state, jnp.zeros((), jnp.int32), states), mesh)
 
 
-def what_runs(run: Run, workdir: str, step: int) -> str:
+def what_runs(run: Run, workdir: str, step: int, first: tasks.Problem) -> str:
     """What the run will use, said at start: the model (a path, or a random shape), the
     task's data and held-out sets with their sizes, how prompts are written (the first,
     rendered), the update by its papers' names, each method's settings, the evaluation,
@@ -295,7 +296,7 @@ def what_runs(run: Run, workdir: str, step: int) -> str:
         f"model: {model}",
         f"attention: {attend} (model.attention={cfg.attention}, {cfg.dtype})",
         f"task: {source}: {len(run.train_set)} training problems; held out: {held_out}",
-        f"prompts: {prompts_said(run)}",
+        f"prompts: {prompts_said(run, first)}",
         f"reward: {s.reward.fn.describe()}",
         f"update: {update_said(s)}",
         *methods_said(s),
@@ -304,10 +305,10 @@ def what_runs(run: Run, workdir: str, step: int) -> str:
     ])  # fmt: skip
 
 
-def prompts_said(run: Run) -> str:
-    """How the task's questions become prompts (`spec.prompt`), and the first training
-    prompt as the model reads it."""
-    f, first = run.spec.prompt, run.train_set[0]
+def prompts_said(run: Run, first: tasks.Problem) -> str:
+    """How the task's questions become prompts (`spec.prompt`), and `first`, the first
+    training problem, as the model reads it."""
+    f = run.spec.prompt
     if first.messages and not f.raw:
         how = "the data's chat in the model's chat template, as written"
     elif f.raw:
