@@ -214,7 +214,8 @@ def test_an_exported_peft_adapter_loads_in_peft_with_our_logits(variant, tmp_pat
     lora.save_peft(str(tmp_path / "adapter"), params, cfg, str(tmp_path / "base"))
     model = peft.PeftModel.from_pretrained(torch_model, str(tmp_path / "adapter")).eval()
     ours, theirs = _logits_pair(model, params, cfg)
-    assert not np.allclose(ours, _logits_pair(model, base, cfg)[0], atol=1e-3)  # adapters act
+    plain = _logits_pair(model, base, cfg)[0]  # the adapters act: far beyond float rounding
+    assert np.abs(ours - plain).max() > 1e-3 * np.abs(plain).max()
     assert_float32_close(ours, theirs, ulps=1024)
 
 
