@@ -1,0 +1,88 @@
+"""results/lab/lora_study.py: the pilot's learning-rate rule, and the report's verdicts on
+synthetic kept runs (equivalence within the margin, paired by seed; a partial study is
+said to be one)."""
+
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "results", "lab"))
+spec = importlib.util.spec_from_file_location(
+    "lora_study", os.path.join(HERE, "..", "results", "lab", "lora_study.py")
+)
+lora_study = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(lora_study)
+
+
+def test_the_pilot_keeps_each_ranks_best_rate_and_never_a_fallen_run():
+    nan = float("nan")
+    rows = [
+        {"arm": "lora1", "lr": 1e-4, "pass@1": 0.19},
+        {"arm": "lora1", "lr": 3e-4, "pass@1": 0.21},
+        {"arm": "lora1", "lr": 1e-3, "pass@1": nan},  # fell: no evaluation
+        {"arm": "lora8", "lr": 1e-3, "pass@1": 0.20},
+        {"arm": "lora8", "lr": 1e-4, "pass@1": 0.20},  # a tie: the smaller rate
+        {"arm": "lora32", "lr": 1e-4, "pass@1": nan},
+    ]
+    assert lora_study.choose(rows) == {"lora1": 3e-4, "lora8": 1e-4, "lora32": 1e-4}
+
+
+def _kept(root, arm, seed, pass1, pass64, base=0.17):
+    path = root / f"{arm}-s{seed}"
+    os.makedirs(path)
+    (path / "config.json").write_text(json.dumps({"seed": seed, "train": {"steps": 300}}))
+    rows = [{"step": 0, "eval/average/pass@1": base}, {"step": 300, "reward/mean": 0.2}]
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    final = {"step": 300, "sampling": {"samples": 64}, "eval/average/pass@1": pass1,
+             "eval/average/pass@8": 0.5, "eval/average/pass@64": pass64}  # fmt: skip
+    (path / "eval.json").write_text(json.dumps(final))
+
+
+def _lines(text, arm):
+    return [line for line in text.splitlines() if line.startswith(f"| {arm} |")]
+
+
+def test_the_report_judges_equivalence_within_the_margin(tmp_path, monkeypatch):
+    chosen = tmp_path / "pilot_lora.json"
+    chosen.write_text(json.dumps({"lora1": 3e-4, "lora8": 1e-3, "lora32": 1e-4}))
+    monkeypatch.setattr(lora_study, "CHOSEN", str(chosen))
+    full = [(0.21, 0.50), (0.20, 0.52), (0.22, 0.49), (0.21, 0.51), (0.20, 0.50)]
+    for seed, (p1, p64) in enumerate(full):
+        _kept(tmp_path, "full", seed, p1, p64)
+        # rank 1: within 0.005 of full on every seed; rank 8: 0.05 below on Pass@64
+        _kept(tmp_path, "lora1", seed, p1 + 0.005 * (-1) ** seed, p64 + 0.003)
+        _kept(tmp_path, "lora8", seed, p1, p64 - 0.05 - 0.002 * seed)
+    for seed in range(3):  # rank 32: 3 of 5 seeds, learning nothing
+        _kept(tmp_path, "lora32", seed, 0.17, 0.50)
+    text = lora_study.report(str(tmp_path))
+
+    assert "Not the study yet" in text  # rank 32 has 3 of its 5 seeds
+    assert "lora1 0.0003, lora8 0.001, lora32 0.0001" in text  # the pilot's rates
+    rows = {
+        line.split(" | ")[1]: line for line in _lines(text, "lora1") if "arm - full" not in line
+    }
+    assert rows["Pass@1"].endswith("| held |")
+    assert rows["Pass@64"].endswith("| held |")
+    assert rows["Pass@8"].endswith("| (not predicted) |")
+    eight = {line.split(" | ")[1]: line for line in _lines(text, "lora8")}
+    assert eight["Pass@64"].endswith("| against |")  # -0.054 [-0.056, -0.052]: outside 0.02
+    assert "-0.054 [" in eight["Pass@64"]
+    thirty_two = [line for line in _lines(text, "lora32") if "not judged" in line]
+    assert len(thirty_two) == 2  # Pass@1 and Pass@64, 3 of 5 seeds
+    # the mechanism check: full gains 0.038 over the base's 0.17; rank 32 gains nothing
+    gains = [line for line in text.splitlines() if line.count("|") == 4]
+    assert any(line.startswith("| full | 0.038 [") and "| held |" in line for line in gains)
+    assert any(line.startswith("| lora32 | 0.000 [") and "not resolved" in line for line in gains)
+
+
+def test_no_report_without_runs_and_no_arm_without_the_pilot(tmp_path, monkeypatch):
+    with pytest.raises(SystemExit, match="no finished LoRA study run"):
+        lora_study.report(str(tmp_path))
+    monkeypatch.setattr(lora_study, "CHOSEN", str(tmp_path / "none.json"))
+    assert lora_study.chosen_lr("full") == lora_study.FULL_LR
+    with pytest.raises(SystemExit, match="run --pilot first"):
+        lora_study.chosen_lr("lora8")
