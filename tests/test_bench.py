@@ -44,6 +44,21 @@ def test_bench_engine_reports_what_each_slot_count_did():
         assert 0 < r["occupancy"] <= 1 and r["kv_cache_bytes"] > 0
 
 
+def test_bench_lora_times_each_rank_beside_full_fine_tuning(capsys):
+    out = bench.main(["lora", "--config", "configs/grpo.py:smoke", "--ranks", "1", "4",
+                      "--steps", "1"])  # fmt: skip
+    settings = out["settings"]
+    assert list(settings) == ["full", "rank 1", "rank 4"]
+    assert settings["full"]["step_over_full"] == 1.0
+    for name, s in settings.items():
+        assert s["tokens"] > 0 and s["step_s"] > 0, name
+        parts = s["rollout_s"] + s["pi_old_s"] + s["update_s"]
+        assert abs(parts - s["step_s"]) <= 0.002, name  # the step is its phases, rounded
+    with pytest.raises(SystemExit):
+        bench.main(["lora", "--ranks", "0"])
+    assert "ranks >= 1" in capsys.readouterr().err
+
+
 def test_bench_sample_decodes_random_prompts_against_the_bandwidth_bound(capsys):
     """Q random prompts x B / Q rows of a preset's own shape (no tokenizer read): tokens/s
     and the fraction of the bandwidth bound. Bad input: one line."""

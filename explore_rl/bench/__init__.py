@@ -6,6 +6,7 @@
     python -m explore_rl.bench startup
     python -m explore_rl.bench memory [--config configs/grpo.py:demo] [--steps 2]
     python -m explore_rl.bench lab [--set task.countdown.inputs=3]
+    python -m explore_rl.bench lora [--ranks 1 8 32]
     python -m explore_rl.bench {scale,engine,long,depth,fit} ...
 
 One module per benchmark (its docstring says what it measures and how): `HELP`, its
@@ -32,6 +33,7 @@ from explore_rl.bench import (
     forward,
     lab,
     long,
+    lora,
     memory,
     sample,
     scale,
@@ -51,6 +53,7 @@ BENCHES = {
     "depth": depth,
     "fit": fit,
     "lab": lab,
+    "lora": lora,
 }
 
 
