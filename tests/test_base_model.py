@@ -46,6 +46,22 @@ def test_a_recipe_is_trained_once_and_every_run_starts_from_its_last_weights(cou
         assert json.load(f)["train"]["steps"] == lab.get_config("sft,smoke").train.steps
 
 
+def test_a_recipe_is_named_by_its_model_folders_contents_not_its_place(tmp_path, monkeypatch):
+    """Each clone of the tree (a worktree, CI's clean clone) shares the lab's base model:
+    the recipe's model folder, inside the checkout, is keyed by its files."""
+    import shutil
+
+    monkeypatch.setenv("EXPLORE_RL_CACHE_DIR", str(tmp_path / "cache"))
+    here = base_model.recipe(lab.get_config("smoke"))
+    copy = shutil.copytree(here.model.path, tmp_path / "elsewhere" / "lab")
+    there = base_model.recipe(lab.get_config("smoke"))
+    there.model.path = str(copy)
+    assert base_model.key(here) == base_model.key(there)
+    with open(copy / "tokenizer.json", "a") as f:  # another vocabulary: another model
+        f.write(" ")
+    assert base_model.key(here) != base_model.key(there)
+
+
 @pytest.mark.slow
 def test_another_task_is_another_recipe_and_its_run_trains_on_it(counted_sft, tmp_path):
     rl = lab.get_config("smoke")

@@ -43,9 +43,22 @@ def recipe(c):
 
 
 def key(sft_config) -> str:
-    """The recipe's name in the cache: a digest of its resolved config and the format."""
-    text = json.dumps(config_lib.resolved(sft_config).to_dict(), sort_keys=True)
+    """The recipe's name in the cache: a digest of its resolved config, with its model
+    folder named by its files' contents rather than where it lies (the lab's is inside the
+    checkout: every clone of one tree shares one build), and the format."""
+    recipe_ = config_lib.resolved(sft_config).to_dict()
+    recipe_["model"]["path"] = _contents(recipe_["model"]["path"])
+    text = json.dumps(recipe_, sort_keys=True)
     return hashlib.sha256(f"{_FORMAT}\n{text}".encode()).hexdigest()[:20]
+
+
+def _contents(path: str):
+    """A folder's files as {name: sha256}, a file's sha256, or the path itself (a name such
+    as the embedded model's)."""
+    if os.path.isdir(path):
+        names = sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n)))
+        return {n: caching.file_digest(os.path.join(path, n)) for n in names}
+    return caching.file_digest(path) if os.path.isfile(path) else path
 
 
 def build(sft_config) -> str:
