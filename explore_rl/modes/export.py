@@ -14,6 +14,16 @@ never holds the whole model. `export.dtype`: "" keeps the original checkpoint's 
 config.json's), or "float32" / "bfloat16" / "float16". Without `eval.checkpoint` the model
 itself is written (a GGUF file as an HF folder).
 
+A run's checkpoint exported names its run and step (`origin.json`), which the start-up
+line `model:` of a run that reads the folder says.
+
+A run directory given as `model.path` (as TRL's trainers pass their output folder on) is
+such an export made once per machine in the user's cache, of its newest checkpoint or the
+one named (`runs/sft/checkpoints/40`, `.../checkpoints/best`), its model as the run's
+config.json records it: `main` resolves it for every mode; in a notebook
+
+    c = export.resolve(c)   # model.path: the run's checkpoint as a model folder
+
 A LoRA run (`model.lora.*`, docs/lora.md) exports its adapters merged into the base,
 W + (alpha / r) B A, as the same kind of folder, or with `export.format=peft` the adapters
 alone as a PEFT adapter folder (`adapter_config.json` + `adapter_model.safetensors`,
