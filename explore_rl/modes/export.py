@@ -190,10 +190,9 @@ def exported(c, run: str) -> str:
         x.export.format, x.export.dtype = "hf", x.model.param_dtype
         spec = config_lib.resolve(x)
 
-        def build(tmp: str) -> None:
-            print(f"model.path={given}: exported {write(spec, tmp)} once, to {final}")
-
-        return caching.build_once(final, build)
+        caching.build_once(final, lambda tmp: write(spec, tmp))
+        print(f"model.path={given}: step {step} of {run} exported once, to {final}")
+        return final
 
 
 def _run_model(given: str, run: str) -> tuple[dict, int]:
