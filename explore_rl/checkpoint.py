@@ -487,8 +487,9 @@ def _lock(f, workdir: str, path: str) -> None:
 
 
 def writer(workdir: str) -> str | None:
-    """Who holds `workdir` now (`only_writer`: its lock's holder), None when no run does;
-    the lock is tried shared and let go at once, so a run starting meanwhile is not held."""
+    """Who holds `workdir` now (`only_writer`: its lock's holder), None when no run does.
+    The lock is tried shared and let go at once (a run starting in that instant is refused
+    as if another run held it)."""
     try:
         f = open(os.path.join(workdir, ".lock"))  # noqa: SIM115 - closed below
     except FileNotFoundError:

@@ -189,7 +189,6 @@ def exported(c, run: str) -> str:
         x.eval.checkpoint, x.export.step = os.path.join(folder, str(step)), 0
         x.export.format, x.export.dtype = "hf", x.model.param_dtype
         spec = config_lib.resolve(x)
-
         caching.build_once(final, lambda tmp: write(spec, tmp))
         print(f"model.path={given}: step {step} of {run} exported once, to {final}")
         return final
