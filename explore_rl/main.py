@@ -137,10 +137,15 @@ def _raised_here(e: BaseException) -> bool:
 
 
 def _run(mode: str, config, workdir: str | None):
-    """The config as the mode's run spec (`config.spec`: the one translation), then the
-    mode's module, imported when chosen (export and eval need no trainer)."""
+    """The config as the mode's run spec (`config.spec`: the one translation), its model a
+    folder (a run directory's checkpoint exported, a base model built), then the mode's
+    module, imported when chosen (export and eval need no trainer)."""
     if mode in ("train", "sft") and not workdir:
         raise ValueError(f"--mode {mode} needs --workdir (checkpoints, metrics, resume)")
+    from explore_rl.modes import export
+
+    with stages.doing(f"reading the model of model.path={config.model.path}"):
+        config = export.resolve(config)  # a run directory: its checkpoint as a model folder
     if mode != "sft":  # every other mode reads the model a `model.base` recipe makes
         from explore_rl.train import base_model
 

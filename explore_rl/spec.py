@@ -58,6 +58,7 @@ class ModelSpec:
     logits_chunk: int
     lora: LoraConfig | None  # `model.lora.*`: adapters on a frozen base; None: full weights
     lora_path: str  # a PEFT adapter folder the adapters start from; "": new ones
+    origin: str  # the run and step `path` was exported from (`config.model_origin`), or ""
 
     def run_settings(self) -> dict:
         """The ModelConfig fields `model.*` sets (`RUN_SETTINGS`, and the adapters)."""

@@ -1,9 +1,11 @@
 """`--mode sft` (train/sft.py): the loss is the NLL of the response tokens only (against a
 plain forward pass over prompt and response), the examples are the problems with a
 solution that fits, a resumed run equals one never stopped, a dataset file's solutions
-are read by `task.solution_field`, and an SFT run's weights start an RL run."""
+are read by `task.solution_field`, and an SFT run's directory, given as `model.path`,
+starts a run from its weights (modes/export.py: `resolve`), or is refused with the reason."""
 
 import json
+import os
 
 import jax
 import jax.numpy as jnp
@@ -12,10 +14,12 @@ import pytest
 from helpers import assert_float32_close, forward
 
 from configs import grpo
+from explore_rl import checkpoint, testing
 from explore_rl import config as config_lib
-from explore_rl import testing
 from explore_rl.data import lab, tasks
-from explore_rl.train import loop, sft, steps
+from explore_rl.models import lora
+from explore_rl.modes import export
+from explore_rl.train import build, loop, sft, steps
 
 pytestmark = pytest.mark.usefixtures("highest_precision")
 
@@ -130,23 +134,109 @@ def test_a_files_solutions_by_solution_field(tmp_path):
         config_lib.spec(c).problems()
 
 
-@pytest.mark.slow
-def test_an_sft_runs_weights_start_an_rl_run(tmp_path):
-    from explore_rl.modes.export import run_export
-
-    c = lab_config(steps=2)
-    trained = sft.train_sft(config_lib.spec(c, "sft"), str(tmp_path / "sft"))
-    c.eval.checkpoint = str(tmp_path / "sft")
-    run_export(config_lib.spec(c, "export"), str(tmp_path / "hf"))  # the SFT config as it is
-    rl = lab_config(steps=1)
-    rl.model.path, rl.model.random_init = str(tmp_path / "hf"), ""
+def rl_from(run: str, steps: int = 1):
+    """The lab's RL config at `steps`, its model the run directory `run` (its config as
+    given: a random-init preset, which the run's own config.json replaces)."""
+    rl = lab_config(steps=steps)
+    rl.model.path = run
     rl.optim.micro_batches = 1  # RL's batch: 2 prompts, 2 minibatches of one
-    start, _, _ = config_lib.resolve(rl).model.load(0)
+    return rl
+
+
+@pytest.fixture
+def exports(tmp_path, monkeypatch):
+    """The folders the exports of run directories write, counted; in a cache of the test's."""
+    monkeypatch.setenv("EXPLORE_RL_CACHE_DIR", str(tmp_path / "cache"))
+    written, write = [], export.write
+
+    def counting(spec, folder):
+        written.append(folder)
+        return write(spec, folder)
+
+    monkeypatch.setattr(export, "write", counting)
+    return written
+
+
+def test_an_sft_run_directory_as_model_path_starts_from_its_newest_weights(tmp_path, exports):
+    c = lab_config(steps=2)
+    c.train.checkpoint_every = 1
+    trained = sft.train_sft(config_lib.spec(c, "sft"), str(tmp_path / "sft"))
+    rl = rl_from(str(tmp_path / "sft"))
+    first, again = export.resolve(rl), export.resolve(rl_from(str(tmp_path / "sft")))
+    assert len(exports) == 1 and first.model.path == again.model.path  # exported once
+    assert first.model.path.startswith(str(tmp_path / "cache")) and not first.model.random_init
+    assert rl.model.path == str(tmp_path / "sft")  # the caller's config is not changed
+    spec = config_lib.spec(first)
+    start, _, _ = spec.model.load(0)
     for x, y in zip(jax.tree.leaves(trained.state.params), jax.tree.leaves(start)):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))  # exact: float32 written as is
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))  # float32 written as is
+    assert spec.record["model"]["origin"] == f"{tmp_path}/sft step 2"
+    run, _, ckpt = testing.start(spec, str(tmp_path / "rl"), None)
+    ckpt.close()
+    said = build.what_runs(run, str(tmp_path / "rl"), 0, run.train_set[0]).splitlines()[0]
+    assert said.startswith(f"model: {tmp_path}/sft step 2 (exported to {first.model.path}; ")
+    older = export.resolve(rl_from(str(tmp_path / "sft" / "checkpoints" / "1")))  # a step named
+    assert len(exports) == 2 and config_lib.spec(older).model.origin == f"{tmp_path}/sft step 1"
+
+
+def test_a_lora_sft_run_starts_from_its_adapters_merged_into_its_base(tmp_path, exports):
+    c = lab_config(steps=2)
+    c.model.lora.rank = 4
+    sft_spec = config_lib.spec(c, "sft")
+    trained = sft.train_sft(sft_spec, str(tmp_path / "sft"))
+    cfg, _ = sft_spec.model.config()
+    merged = lora.merged(trained.state.params, cfg)
+    base = lora.split(trained.state.params)[1]
+    start, _, _ = config_lib.spec(export.resolve(rl_from(str(tmp_path / "sft")))).model.load(0)
+    assert jax.tree.structure(start) == jax.tree.structure(merged)
+    for x, y in zip(jax.tree.leaves(merged), jax.tree.leaves(start)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))  # float32 written as is
+    q = start["layers"][0]["q"]
+    assert not np.array_equal(np.asarray(q), np.asarray(base["layers"][0]["q"]))  # adapted
+
+
+@pytest.mark.slow
+def test_an_rl_run_from_an_sft_run_directory_trains_and_resumes(tmp_path, exports):
+    c = lab_config(steps=2)
+    sft.train_sft(config_lib.spec(c, "sft"), str(tmp_path / "sft"))
+    rl = rl_from(str(tmp_path / "sft"))
     rl.reward.fn = testing.PARITY  # mixed groups, so the step updates
-    progress = loop.train(config_lib.spec(rl), str(tmp_path / "rl"))
-    assert int(progress.state.step) > 0
+    loop.train(config_lib.spec(export.resolve(rl)), str(tmp_path / "rl"))
+    rl.train.steps = 2  # resumed: the config is resolved again, to the same model folder
+    loop.train(config_lib.spec(export.resolve(rl)), str(tmp_path / "rl"))
+    rows = [json.loads(line) for line in open(tmp_path / "rl" / "metrics.jsonl")]
+    assert [r["step"] for r in rows] == [1, 2] and len(exports) == 1
+
+
+def test_a_run_directory_as_model_path_is_refused_with_the_reason(tmp_path, monkeypatch):
+    """Before any work: a run with no checkpoint, no or a broken config.json, one still
+    being written, one beside a `model.base`; and in a notebook, a config not resolved."""
+    monkeypatch.setenv("EXPLORE_RL_CACHE_DIR", str(tmp_path / "cache"))
+    run = tmp_path / "sft"
+    (run / "checkpoints").mkdir(parents=True)
+    rl = rl_from(str(run))
+    with pytest.raises(ValueError, match=rf"^model.path={run}: no checkpoint"):
+        export.resolve(rl)
+    (run / "checkpoints" / "2").mkdir()
+    with pytest.raises(ValueError, match=rf"{run}/config.json is missing, so the run's model"):
+        export.resolve(rl)
+    (run / "config.json").write_text("{")
+    with pytest.raises(ValueError, match=rf"{run}/config.json is unreadable \(JSONDecodeError"):
+        export.resolve(rl)
+    with checkpoint.only_writer(str(run)):
+        with pytest.raises(
+            ValueError, match=rf"the run {run} is being written by pid {os.getpid()}"
+        ):
+            export.resolve(rl)
+    rl.model.base = "configs/lab.py:sft,smoke"
+    with pytest.raises(ValueError, match="and model.base=configs/lab.py:sft,smoke names a base"):
+        export.resolve(rl)
+    rl.model.base = ""
+    with pytest.raises(
+        ValueError, match=r"is a run directory, not a model folder: c = modes.export"
+    ):
+        config_lib.spec(rl)
+    assert not (tmp_path / "cache").exists()  # nothing was exported
 
 
 def test_a_task_without_worked_solutions_is_named_as_such(tmp_path):
@@ -168,17 +258,3 @@ def test_an_sft_step_logs_no_ratio_metrics(tmp_path):
     _, metrics, _ = sft.sft_step(run, sft.examples(run), progress)
     assert "train/loss" in metrics and "policy/entropy" in metrics
     assert not [k for k in metrics if "clip_frac" in k or "ratio" in k or "kl" in k]
-
-
-def test_rl_from_an_sft_run_folder_says_to_export_it_first(tmp_path):
-    """`model.path=<an SFT run>`: its Orbax checkpoints are not a model folder's weights;
-    the run is refused with the export command, before anything loads."""
-    (tmp_path / "sft" / "checkpoints").mkdir(parents=True)
-    c = grpo.get_config("smoke")
-    c.model.path, c.model.random_init = str(tmp_path / "sft"), ""
-    with pytest.raises(
-        ValueError,
-        match=r"is a run directory, not a model folder: export .* "
-        rf"--workdir {tmp_path}/sft-hf\) and give model.path={tmp_path}/sft-hf",
-    ):
-        config_lib.spec(c)

@@ -14,6 +14,16 @@ never holds the whole model. `export.dtype`: "" keeps the original checkpoint's 
 config.json's), or "float32" / "bfloat16" / "float16". Without `eval.checkpoint` the model
 itself is written (a GGUF file as an HF folder).
 
+A run's checkpoint exported names its run and step (`origin.json`), which the start-up
+line `model:` of a run that reads the folder says.
+
+A run directory given as `model.path` (as TRL's trainers pass their output folder on) is
+such an export made once per machine in the user's cache, of its newest checkpoint or the
+one named (`runs/sft/checkpoints/40`, `.../checkpoints/best`), its model as the run's
+config.json records it: `main` resolves it for every mode; in a notebook
+
+    c = export.resolve(c)   # model.path: the run's checkpoint as a model folder
+
 A LoRA run (`model.lora.*`, docs/lora.md) exports its adapters merged into the base,
 W + (alpha / r) B A, as the same kind of folder, or with `export.format=peft` the adapters
 alone as a PEFT adapter folder (`adapter_config.json` + `adapter_model.safetensors`,
@@ -22,13 +32,16 @@ float32) that `peft.PeftModel.from_pretrained` loads on the base model.
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 import os
 
 import jax
 
+from explore_rl import caching, parallel
 from explore_rl import checkpoint as checkpoint_lib
-from explore_rl import parallel
+from explore_rl import config as config_lib
 from explore_rl.models import family, lora, presets, weights
 from explore_rl.models.transformer import init_params
 from explore_rl.spec import RunSpec
@@ -94,19 +107,112 @@ def run_export(spec: RunSpec, workdir: str | None) -> str:
     run = checkpoint_lib.enclosing_run(workdir)
     if run:  # a folder among its checkpoints would break its resume and evaluation
         raise ValueError(f"--workdir {workdir}: inside the run directory {run}; export elsewhere")
+    print(f"exported {write(spec, workdir)} to {workdir}")
+    return workdir
+
+
+def write(spec: RunSpec, folder: str) -> str:
+    """The export of `spec` written into the empty `folder`; what it holds, in words. A
+    run's checkpoint as an HF folder names its run and step (`config.ORIGIN_FILE`)."""
     source = weights.model_folder(spec.model.path)
-    dtype = spec.export.dtype or source_dtype(source)
-    mesh = spec.mesh.make()
-    params, cfg, step = trained_params(spec, mesh)
+    params, cfg, step = trained_params(spec, spec.mesh.make())
     named = spec.eval.checkpoint or spec.model.path
     if spec.export.format == "peft":  # the base it adapts: its folder, or how it was drawn
         m, here = spec.model, os.path.abspath(source)
         base = f"random {m.random_init} (seed {spec.seed})" if m.random_init else here
-        lora.save_peft(workdir, params, cfg, base)
-        print(f"exported step {step} of {named}'s LoRA adapters (PEFT) to {workdir}")
-        return workdir
+        lora.save_peft(folder, params, cfg, base)
+        return f"step {step} of {named}'s LoRA adapters (PEFT)"
+    dtype = spec.export.dtype or source_dtype(source)
     params = lora.merged(params, cfg)
-    weights.save_hf(workdir, params, cfg, dtype, int(spec.export.max_shard_gb * 2**30))
-    weights.copy_tokenizer(spec.model.path, workdir)
-    print(f"exported step {step} of {named} ({dtype}) to {workdir}")
-    return workdir
+    weights.save_hf(folder, params, cfg, dtype, int(spec.export.max_shard_gb * 2**30))
+    weights.copy_tokenizer(spec.model.path, folder)
+    if spec.eval.checkpoint:
+        run = checkpoint_lib.run_of(spec.eval.checkpoint) or os.path.abspath(named)
+        with open(os.path.join(folder, config_lib.ORIGIN_FILE), "w") as f:
+            json.dump({"run": run, "step": step}, f)
+    return f"step {step} of {named} ({dtype})"
+
+
+def resolve(c):
+    """`c` with `model.path` a model folder where it names a run directory (its
+    checkpoint's weights: `exported`); else `c`. The command line does this for every mode;
+    in a notebook: `c = export.resolve(c)`."""
+    run = checkpoint_lib.run_of(c.model.path)
+    if not run:
+        return c
+    if c.model.base:  # the base would replace model.path unseen
+        raise ValueError(
+            f"model.path={c.model.path} is a run directory and model.base={c.model.base} "
+            "names a base model to start from: give one (--config.model.base= starts "
+            "from the run)"
+        )
+    out = copy.deepcopy(c)
+    out.model.path, out.model.random_init = exported(c, run), ""
+    return out
+
+
+_FORMAT = "v1"  # bump when what `exported` writes changes
+
+
+def exported(c, run: str) -> str:
+    """The HF folder of the checkpoint `c.model.path` names in `run` (its newest step, or
+    the one named: `.../checkpoints/40`, `.../checkpoints/best`), written once per machine
+    into the user's cache (`caching.cache_dir("runs", <digest>)`, the digest of the step's
+    files and the run's model section) under a lock, so concurrent runs wait for one
+    export. The run's config.json says its model (`_run_model`); its weights are written
+    in its `model.param_dtype`, as trained (a LoRA run's adapters merged into its base)."""
+    given = c.model.path
+    holder = checkpoint_lib.writer(run)
+    if holder:
+        raise ValueError(
+            f"model.path={given}: the run {run} is being written by {holder}: start from "
+            "it once it has ended"
+        )
+    try:
+        folder, step = checkpoint_lib.named(given)
+    except ValueError as e:  # no checkpoint (yet), no such step or best
+        raise ValueError(f"model.path={e}") from None
+    step = step or checkpoint_lib.steps(folder)[-1]
+    model, seed = _run_model(given, run)
+    files = checkpoint_lib.fingerprint(folder, step)
+    text = json.dumps([_FORMAT, model, seed, step, files], sort_keys=True)
+    final = caching.cache_dir("runs", hashlib.sha256(text.encode()).hexdigest()[:20])
+    if os.path.isdir(final):
+        return final
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    with caching.locked(final + ".lock"):
+        if os.path.isdir(final):  # another process exported it while this one waited
+            return final
+        x = copy.deepcopy(c)  # this machine's mesh; the run's model, seed and step
+        x.model.update({k: v for k, v in model.items() if k in x.model})
+        x.model.base, x.seed = "", seed
+        x.eval.checkpoint, x.export.step = os.path.join(folder, str(step)), 0
+        x.export.format, x.export.dtype = "hf", x.model.param_dtype
+        spec = config_lib.resolve(x)
+        caching.build_once(final, lambda tmp: write(spec, tmp))
+        print(f"model.path={given}: step {step} of {run} exported once, to {final}")
+        return final
+
+
+def _run_model(given: str, run: str) -> tuple[dict, int]:
+    """(the `model` section, the seed) the run's config.json records: what it trained."""
+    path = os.path.join(run, "config.json")
+    try:
+        with open(path) as f:
+            recorded = json.load(f)
+        model, seed = dict(recorded["model"]), int(recorded["seed"])
+    except FileNotFoundError:
+        raise ValueError(
+            f"model.path={given}: {path} is missing, so the run's model is unknown (restore "
+            "it, or --mode export with the run's config makes a model folder)"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(
+            f"model.path={given}: {path} is unreadable ({type(e).__name__}: {e})"
+        ) from None
+    base = model.get("path", "")
+    if base != weights.EMBEDDED and not os.path.exists(base):
+        raise ValueError(
+            f"model.path={given}: the run's model.path={base} (its config.json) is not here"
+        )
+    return model, seed

@@ -17,9 +17,7 @@ of a sweep wait for one build rather than racing).
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import fcntl
 import hashlib
 import json
 import logging
@@ -68,7 +66,7 @@ def build(sft_config) -> str:
     if os.path.isdir(final):
         return final
     os.makedirs(os.path.dirname(final), exist_ok=True)
-    with _locked(final + ".lock"):
+    with caching.locked(final + ".lock"):
         if os.path.isdir(final):  # another process built it while this one waited
             return final
         logging.warning("base model %s: training it once (%s)", name, final + ".run")
@@ -94,13 +92,3 @@ def resolve(c):
     out = copy.deepcopy(c)
     out.model.path, out.model.random_init = build(recipe(c)), ""
     return out
-
-
-@contextlib.contextmanager
-def _locked(path: str):
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)

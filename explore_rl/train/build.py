@@ -266,16 +266,19 @@ def _resume(run: Run, ckpt: Checkpointer, step: int, state, mesh: Mesh) -> Progr
 
 
 def what_runs(run: Run, workdir: str, step: int, first: tasks.Problem) -> str:
-    """What the run will use, said at start: the model (a path, or a random shape), the
-    task's data and held-out sets with their sizes, how prompts are written (the first,
-    rendered), the update by its papers' names, each method's settings, the evaluation,
-    the run directory."""
+    """What the run will use, said at start: the model (a path, a run's step exported as
+    one, or a random shape), the task's data and held-out sets with their sizes, how
+    prompts are written (the first, rendered), the update by its papers' names, each
+    method's settings, the evaluation, the run directory."""
     s, cfg = run.spec, run.cfg
     size = f"{cfg.family}, {cfg.num_params() / 1e6:.0f}M params"
+    m = s.model
     model = (
-        f"random {s.model.random_init} weights ({size}), the tokenizer of {s.model.path}"
-        if s.model.random_init
-        else f"{s.model.path} ({size})"
+        f"random {m.random_init} weights ({size}), the tokenizer of {m.path}"
+        if m.random_init
+        else f"{m.origin} (exported to {m.path}; {size})"
+        if m.origin
+        else f"{m.path} ({size})"
     )
     source = s.task.train_path or s.task.preset or s.task.name
     source = source if source == s.task.name else f"{s.task.name}, {source}"
