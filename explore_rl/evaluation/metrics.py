@@ -25,6 +25,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+# the key segment of a temperature of `eval.temperatures`: eval/<set>/T_<label>/<metric>
+# (evaluate.py writes them, analysis.frontier reads them)
+SWEEP = "T_"
+
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """1 - C(n - c, k) / C(n, k) = 1 - prod_{i = n - c + 1}^{n} (1 - k / i)."""
