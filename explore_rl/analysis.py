@@ -411,20 +411,22 @@ def frontier(evals: dict | list[dict], benchmark: str = "average") -> pd.DataFra
     """The Pass@1 to Pass@k frontier over `eval.temperatures`: one row per swept
     temperature's label that every record has (an evaluation's metrics: eval.json's, a
     logged evaluation's, `Run.last_eval`; several, e.g. one configuration's seeds: their
-    mean), its `temperature` and `pass@<k>` for each k every record has, in temperature
-    order. Empty when no record swept a temperature."""
+    mean), its `temperature` and `pass@<k>` for each k every record and label has, in
+    temperature order. Empty when no record swept a temperature."""
     evals = [evals] if isinstance(evals, dict) else list(evals)
     prefix = f"eval/{benchmark}/{SWEEP}"
     pattern = re.compile(re.escape(prefix) + r"(.+)/(temperature|pass@\d+)$")
     found = [{m.groups(): v for k, v in e.items() if (m := pattern.match(k))} for e in evals]
     common = set.intersection(*(set(f) for f in found)) if found else set()
-    rows: dict[str, dict] = {}
-    for label, column in sorted(common, key=lambda c: (c[0], _k_order(c[1]))):
-        rows.setdefault(label, {})[column] = float(np.mean([f[label, column] for f in found]))
-    table = pd.DataFrame.from_dict(rows, orient="index")
-    if table.empty:
-        return table
-    return table.sort_values("temperature", kind="stable").rename_axis("label")
+    labels = sorted({label for label, c in common if c == "temperature"})
+    every = {c for _, c in common if all((label, c) in common for label in labels)}
+    columns = ["temperature", *sorted(every - {"temperature"}, key=lambda c: int(c[5:]))]
+    table = pd.DataFrame(
+        [[np.mean([f[label, c] for f in found]) for c in columns] for label in labels],
+        index=pd.Index(labels, name="label"),
+        columns=columns,
+    )
+    return table.sort_values("temperature", kind="stable") if labels else pd.DataFrame()
 
 
 def plot_frontier(runs: list[Run], k: int | None = None, benchmark: str = "average"):
@@ -433,18 +435,18 @@ def plot_frontier(runs: list[Run], k: int | None = None, benchmark: str = "avera
     per configuration through its temperatures in order, each point labelled with its
     temperature; k: the largest every configuration has unless given. None when no run
     swept a temperature."""
+    configurations = groups(runs)
     tables = {label: frontier([r.last_eval() for r in members], benchmark)
-              for label, members in groups(runs).items()}  # fmt: skip
+              for label, members in configurations.items()}  # fmt: skip
     tables = {label: t for label, t in tables.items() if not t.empty}
     if not tables:
         return None
-    ks = set.intersection(*({int(c[5:]) for c in t.columns if c != "temperature"}
-                            for t in tables.values()))  # fmt: skip
+    ks = set.intersection(*({int(c[5:]) for c in t.columns[1:]} for t in tables.values()))
     k = k or max(ks)
     fig = Figure(figsize=(6.5, 4))
     ax = fig.subplots()
     for (label, table), style in zip(tables.items(), POINTS()):
-        n = len(groups(runs)[label])
+        n = len(configurations[label])
         ax.plot(table["pass@1"], table[f"pass@{k}"], label=f"{label} (n={n})", **style)
         for name, row in table.iterrows():
             text = f"T={row['temperature']:g}" + (f" ({name})" if name == "rollout" else "")
