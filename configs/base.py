@@ -223,6 +223,13 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.eval.max_new_tokens = 48  # evaluation response limit
     c.eval.batch_prompts = 8  # questions per generation batch
     c.eval.diversity = False  # also distinct-4, Self-BLEU, MiniLM LogDet of correct responses
+    # eval.diversity's fixed count: also each measure over a problem's first m correct
+    # responses (problems with fewer: not measured, counted), and its distinct solutions
+    c.eval.diversity_correct = 4
+    # also sample at each of these temperatures (comma-separated; "rollout" =
+    # rollout.temperature, a fixed-temperature arm at its own): Mean@n and Pass@k each,
+    # the plain policy (no explorer acts at test time); "" = eval.temperature alone
+    c.eval.temperatures = ""
 
     c.export = ConfigDict()  # --mode export: eval.checkpoint's weights as an HF folder
     c.export.step = 0  # the checkpoint step of the run directory; 0 = the newest

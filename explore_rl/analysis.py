@@ -1,5 +1,7 @@
 """Run directories -> tables and figures: training curves with a band over seeds, Pass@k
-against k, each method's own panel, and a markdown summary (mean +- spread over seeds).
+against k, Pass@k against Pass@1 over the evaluation temperatures (`frontier`, with
+`eval.temperatures`), each method's own panel, and a markdown summary (mean +- spread over
+seeds).
 
     python -m explore_rl.analysis runs/cmp/*                       # the summary table
     python -m explore_rl.analysis runs/cmp/* --curve reward/mean   # one metric per step
@@ -47,6 +49,7 @@ import scipy.stats
 from matplotlib import colormaps, cycler
 from matplotlib.figure import Figure  # no pyplot: no backend, no window; notebooks show it
 
+from explore_rl.evaluation.metrics import SWEEP
 from explore_rl.logs import flatten, read_metrics
 
 CURVES = ("reward/mean", "groups/zero_adv_frac", "rollout/entropy", "rollout/response_len")
@@ -260,6 +263,7 @@ def summary(runs: list[Run], window: int = WINDOW) -> pd.DataFrame:
     runs have)."""
     rows = []
     evals = {k for r in runs for k in r.last_eval() if k.startswith("eval/average/")}
+    evals = {k for k in evals if not k.endswith("/temperature")}  # a sweep's, not a metric
     ks = [int(k.rsplit("@", 1)[1]) for k in evals if "/pass@" in k]
     keep = {"pass@1", f"pass@{max(ks, default=1)}"}  # Pass@k of every k: plot_pass_at_k
     evals = sorted(
@@ -403,6 +407,58 @@ def plot_pass_at_k(runs: list[Run]):
     return fig
 
 
+def frontier(evals: dict | list[dict], benchmark: str = "average") -> pd.DataFrame:
+    """The Pass@1 to Pass@k frontier over `eval.temperatures`: one row per swept
+    temperature's label that every record has (an evaluation's metrics: eval.json's, a
+    logged evaluation's, `Run.last_eval`; several, e.g. one configuration's seeds: their
+    mean), its `temperature` and `pass@<k>` for each k every record and label has, in
+    temperature order. Empty when no record swept a temperature."""
+    evals = [evals] if isinstance(evals, dict) else list(evals)
+    prefix = f"eval/{benchmark}/{SWEEP}"
+    pattern = re.compile(re.escape(prefix) + r"(.+)/(temperature|pass@\d+)$")
+    found = [{m.groups(): v for k, v in e.items() if (m := pattern.match(k))} for e in evals]
+    common = set.intersection(*(set(f) for f in found)) if found else set()
+    labels = sorted({label for label, c in common if c == "temperature"})
+    every = {c for _, c in common if all((label, c) in common for label in labels)}
+    columns = ["temperature", *sorted(every - {"temperature"}, key=lambda c: int(c[5:]))]
+    table = pd.DataFrame(
+        [[np.mean([f[label, c] for f in found]) for c in columns] for label in labels],
+        index=pd.Index(labels, name="label"),
+        columns=columns,
+    )
+    return table.sort_values("temperature", kind="stable") if labels else pd.DataFrame()
+
+
+def plot_frontier(runs: list[Run], k: int | None = None, benchmark: str = "average"):
+    """Held-out Pass@k against Pass@1 at each temperature of `eval.temperatures` (each
+    run's final evaluation; the mean over a configuration's seeds, `frontier`), one line
+    per configuration through its temperatures in order, each point labelled with its
+    temperature; k: the largest every configuration has unless given. None when no run
+    swept a temperature."""
+    configurations = groups(runs)
+    tables = {label: frontier([r.last_eval() for r in members], benchmark)
+              for label, members in configurations.items()}  # fmt: skip
+    tables = {label: t for label, t in tables.items() if not t.empty}
+    if not tables:
+        return None
+    ks = set.intersection(*({int(c[5:]) for c in t.columns[1:]} for t in tables.values()))
+    k = k or max(ks)
+    fig = Figure(figsize=(6.5, 4))
+    ax = fig.subplots()
+    for (label, table), style in zip(tables.items(), POINTS()):
+        n = len(configurations[label])
+        ax.plot(table["pass@1"], table[f"pass@{k}"], label=f"{label} (n={n})", **style)
+        for name, row in table.iterrows():
+            text = f"T={row['temperature']:g}" + (f" ({name})" if name == "rollout" else "")
+            ax.annotate(text, (row["pass@1"], row[f"pass@{k}"]), fontsize=6)
+    ax.set_xlabel(f"Pass@1 ({benchmark}, held out)")
+    ax.set_ylabel(f"Pass@{k}")
+    ax.set_title("one point per evaluation temperature (eval.temperatures)", fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
+    fig.tight_layout()
+    return fig
+
+
 def plot_method(runs: list[Run], method: str):
     """The method's own panel (PANELS) over its runs; None when no run uses it."""
     mine = [r for r in runs if method in r.methods]
@@ -424,11 +480,12 @@ def plot_method(runs: list[Run], method: str):
 
 
 def report(paths: list[str], out: str, window: int = WINDOW) -> str:
-    """Figures (curves.png, pass_at_k.png, <method>.png) and summary.md in `out`; returns
-    the summary's markdown."""
+    """Figures (curves.png, pass_at_k.png, frontier.png where the runs swept temperatures,
+    <method>.png) and summary.md in `out`; returns the summary's markdown."""
     runs = load(paths)
     os.makedirs(out, exist_ok=True)
     figures = {"curves": plot_curves(runs), "pass_at_k": plot_pass_at_k(runs)}
+    figures["frontier"] = plot_frontier(runs)
     figures.update({m: plot_method(runs, m) for m in PANELS})
     for name, fig in figures.items():
         if fig is not None:

@@ -45,6 +45,7 @@ from explore_rl.spec import (
     RunSpec,
     SampleSpec,
     SftSpec,
+    SweepTemperature,
     TaskSpec,
     TrainSpec,
     UpdateSpec,
@@ -220,7 +221,11 @@ def resolve(c: ConfigDict) -> RunSpec:
         mesh=_section(MeshSpec, c.mesh),
         train=_section(TrainSpec, c.train),
         eval=_section(
-            EvalSpec, c.eval, sampling=sampling_config(c, "eval"), engine=engine_config(c)
+            EvalSpec,
+            c.eval,
+            sampling=sampling_config(c, "eval"),
+            engine=engine_config(c),
+            temperatures=eval_temperatures(c),
         ),
         sample=_section(SampleSpec, c.sample, sampling=sampling_config(c, "sample")),
         export=_section(ExportSpec, c.export),
@@ -232,6 +237,28 @@ def resolve(c: ConfigDict) -> RunSpec:
         record=json.loads(resolved(c).to_json()),
         wandb=wandb_settings(c),
     )
+
+
+def eval_temperatures(c: ConfigDict) -> tuple[SweepTemperature, ...]:
+    """`eval.temperatures`: each entry a temperature in `eval.temperature`'s domain or
+    "rollout" (`rollout.temperature`); an entry twice is refused (one result's keys)."""
+    given, out = c.eval.temperatures, []
+    for entry in (e.strip() for e in given.split(",") if e.strip()):
+        value = c.rollout.temperature if entry == "rollout" else _number(entry)
+        problem = DOMAINS["eval.temperature"].problem(value)
+        said = f"eval.temperatures={given!r}: {entry!r}"
+        _check(problem is None, f"{said} {problem or ''}; or give 'rollout'")
+        label = entry if entry == "rollout" else f"{value:g}"
+        _check(label not in [t.label for t in out], f"{said} is given twice")
+        out.append(SweepTemperature(label, float(value)))
+    return tuple(out)
+
+
+def _number(text: str):
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def lora_config(c: ConfigDict) -> LoraConfig | None:
@@ -291,7 +318,7 @@ def validate(c: ConfigDict, update: bool = True) -> None:
     """Every value and combination no run can use, one line naming it (`spec` runs it);
     the update's batch only where the mode updates (`update`); each value's own domain
     is `check_domains`'s, run before."""
-    checks = [_check_task, _check_schedule, _check_reward, _check_export]
+    checks = [_check_task, _check_schedule, _check_eval, _check_reward, _check_export]
     for check in ([_check_batch] if update else []) + checks:
         check(c)
     _check_paths(c)
@@ -334,6 +361,14 @@ def _check_task(c: ConfigDict) -> None:
     _check(
         c.task.long_prompts in ("skip", "error"),
         f"task.long_prompts={c.task.long_prompts!r}: allowed ['error', 'skip']",
+    )
+
+
+def _check_eval(c: ConfigDict) -> None:
+    e = c.eval
+    _check(
+        not e.diversity or e.diversity_correct <= e.samples,
+        f"eval.diversity_correct={e.diversity_correct}: at most eval.samples={e.samples}",
     )
 
 

@@ -23,7 +23,7 @@ import math
 from typing import Any
 
 from explore_rl import parallel
-from explore_rl.data import tasks
+from explore_rl.data import jsonl, tasks
 from explore_rl.models import weights
 from explore_rl.models.lora import LoraConfig
 from explore_rl.models.tokenizer import PromptFormat
@@ -104,6 +104,14 @@ class TaskSpec:
     solution_field: str
     own: Any = None  # the task's own settings (`task.<name>`, `tasks.register`), if any
 
+    @property
+    def solutions(self):
+        """The task's solution key (`tasks.SOLUTIONS`), or None; a preset's files that a
+        task wrote (`JsonlSpec.task`: the lab's Countdown splits) take that task's."""
+        preset = jsonl.JSONL_PRESETS.get(self.preset) if self.name == "jsonl" else None
+        name = preset.task if preset else self.name
+        return tasks.solutions_of(name) if name else None
+
 
 @frozen
 class RewardSpec:
@@ -165,6 +173,15 @@ class TrainSpec:
 
 
 @frozen
+class SweepTemperature:
+    """One entry of `eval.temperatures`: its label (the number as `:g` writes it, or
+    "rollout") and the temperature it samples at."""
+
+    label: str
+    value: float
+
+
+@frozen
 class EvalSpec:
     """`eval.*`: the held-out evaluation."""
 
@@ -175,6 +192,8 @@ class EvalSpec:
     temperature: float
     batch_prompts: int
     diversity: bool
+    diversity_correct: int
+    temperatures: tuple[SweepTemperature, ...]  # `eval.temperatures`, "rollout" resolved
     sampling: SamplingConfig  # max_new_tokens, top_p (no top-k); the model's stop ids
     engine: EngineConfig  # the rollout's until a run sizes it for an evaluation batch
 
@@ -377,7 +396,7 @@ DOMAINS: dict[str, Domain] = {
     "eval.step": COUNT_OR_OFF, "eval.num_prompts": COUNT_OR_OFF, "eval.samples": COUNT,
     "eval.temperature": NON_NEGATIVE, "eval.top_p": PROBABILITY_MASS,
     "eval.max_new_tokens": Domain(integer=True, low=1, high=INT32),
-    "eval.batch_prompts": COUNT,
+    "eval.batch_prompts": COUNT, "eval.diversity_correct": Domain(integer=True, low=2),
     "export.step": COUNT_OR_OFF, "export.max_shard_gb": POSITIVE,
     "sft.batch_size": COUNT,
     "sample.num_prompts": COUNT, "sample.samples_per_prompt": COUNT,

@@ -160,8 +160,9 @@ def test_the_run_spec_holds_every_field_of_the_run_once():
     """`config.spec` gives every field of the sections the run reads one typed home with
     the config's value (the rest are derived: the task's resolved name, the reward's
     function, the score temperature as a number, Dr.GRPO's normaliser, the model's stop
-    ids, the evaluation's decode slots: the rollout's until a run sizes them), and every
-    method's settings; a section field with no home, or a home with no field, fails."""
+    ids, the evaluation's decode slots: the rollout's until a run sizes them, its swept
+    temperatures parsed), and every method's settings; a section field with no home, or a
+    home with no field, fails."""
     import dataclasses
 
     from explore_rl import config as config_lib
@@ -181,7 +182,7 @@ def test_the_run_spec_holds_every_field_of_the_run_once():
     }  # fmt: skip
     derived = {"task.name", "task.own", "rl.score_temperature", "rl.max_response_len", "reward.fn",
                "reward.weights", "rollout.stop_ids", "eval.stop_ids", "sample.stop_ids",
-               "eval.slots", "eval.decode_chunk", "eval.top_k", "model.lora",
+               "eval.slots", "eval.decode_chunk", "eval.top_k", "eval.temperatures", "model.lora",
                "model.lora_path", "model.origin"}  # fmt: skip
     library = (SamplingConfig, EngineConfig)  # a section's objects: their fields, by config name
     renamed = {"chunk": "decode_chunk"}

@@ -124,6 +124,25 @@ def test_distinct_solutions_are_counted_up_to_order():
     assert cd.solution_key(a) == cd.solution_key(b) != cd.solution_key(c)
 
 
+def test_solution_keys_fold_commutativity_not_associativity():
+    key = cd.solution_key
+    # 3 4 5 -> 12: (3+4)+5 written four ways is one tree
+    one = ["3+4=7\n7+5=12", "4+3=7\n5+7=12", " 3 + 4 = 7 \n\n 7 + 5 = 12 ", "04+3=7\n7+5=12"]
+    assert len({key(r) for r in one}) == 1
+    # the other associations are other trees: 3+(4+5), (3+5)+4
+    assert len({key(r) for r in [one[0], "4+5=9\n3+9=12", "3+5=8\n8+4=12"]}) == 3
+    # subtraction and division do not commute: 8-2 and 2-8 are not one step
+    assert key("8-2=6\n6*2=12") != key("2-8=6\n6*2=12")
+    assert key("8/2=4\n4*3=12") != key("2/8=4\n4*3=12")
+    # a*b and b*a commute; so does the pair of independent steps' order
+    assert key("2*3=6\n4*5=20\n6+20=26") == key("5*4=20\n3*2=6\n20+6=26")
+    # 2 2 2 2 -> 8: (2+2)+(2+2) takes one step twice, ((2+2)+2)+2 does not
+    assert key("2+2=4\n2+2=4\n4+4=8") != key("2+2=4\n4+2=6\n6+2=8")
+    # the problem a study counts solutions of: its tasks' registered key
+    assert tasks.solutions_of("countdown") is cd.solution_key
+    assert tasks.solutions_of("arithmetic") is None
+
+
 def test_the_task_and_its_reward_through_the_config():
     from configs import grpo
 

@@ -461,11 +461,13 @@ def test_the_diversity_of_correct_responses_at_evaluation(encoder):
         correct=np.array([[True, True], [False, True]]),  # q1 has one correct: skipped
         texts=texts,
     )
-    (d,) = evaluate.diversity_of_correct(r)
+    d, d1 = evaluate.measures(r, m=2)
     assert d["distinct4"] == 3 / 4  # (1234) twice, (2345), (2346)
     both = [[1, 2, 3, 4, 5], [1, 2, 3, 4, 6]]
     assert d["self_bleu"] == pytest.approx(metrics.bleu(both[0], both[1:]))  # symmetric here
     assert d["logdet"] == pytest.approx(metrics.log_det(encoder.embed(texts[:2])), rel=1e-5)
+    assert "distinct4" not in d1 and "distinct4@2correct" not in d1  # one correct of two
+    assert d1["distinct4@2"] == 1 / 3  # all its responses: (9999) three times, no other
 
 
 @pytest.mark.slow

@@ -45,6 +45,8 @@ CONFIG_CASES = [
     ("eps_low nan", ["--config.rl.eps_low=nan"], "rl.eps_low=nan"),
     ("format weight nan", ["--config.reward.format_weight=nan"], "reward.format_weight=nan"),
     ("temperature inf", ["--config.rollout.temperature=inf"], "rollout.temperature=inf"),
+    ("swept temperature", ["--config.eval.temperatures=0.7,hot"],
+     "eval.temperatures='0.7,hot': 'hot' must be a finite number >= 0; or give 'rollout'"),
     ("negative KL", ["--config.rl.kl_coef=-1.0"], "rl.kl_coef=-1.0: must be a finite number >= 0"),
     ("timeout inf", ["--config.reward.timeout=inf"], "reward.timeout=inf"),
     ("top_k huge", [f"--config.rollout.top_k={10**12}"], f"rollout.top_k={10**12}: must be"),

@@ -141,12 +141,16 @@ def reward(response: str, problem) -> float:
 
 
 def solution_key(response: str) -> frozenset:
-    """A solved response up to the order of its lines and of each step's operands where
-    the operation commutes: distinct keys are distinct solutions."""
+    """A solved response's expression tree up to the order of its lines and of each step's
+    operands where the operation commutes (a+b = b+a, a*b = b*a): distinct keys are
+    distinct solutions. Associativity is not folded: (a+b)+c and a+(b+c) are two trees,
+    two ways the policy found. A step names values, not which earlier step made them, so a
+    tree whose intermediate result equals an input number reads as the response writes
+    it (one key for both readings)."""
     key = []
     for line in response.strip().splitlines():
         if match := _STEP.match(line):
-            a, op, b, c = match.groups()
+            a, op, b, c = int(match[1]), match[2], int(match[3]), int(match[4])
             key.append((*(sorted((a, b)) if op in "+*" else (a, b)), op, c))
     return frozenset(collections.Counter(key).items())
 
@@ -181,7 +185,7 @@ def family(problem: Problem) -> str:
     return "chain" if problem.solution else "other"
 
 
-@register("countdown", Spec)
+@register("countdown", Spec, solutions=solution_key)
 def countdown_task(t, seed: int):
     """Countdown problems of `task.countdown`'s difficulty: `task.train_size` training
     and `task.test_size` held-out ones."""

@@ -30,6 +30,7 @@ class JsonlSpec:
     # (after '####'), "boxed" (last \boxed{}), "list" (first element of a list).
     answer_from: str = "field"
     solution_field: str = ""  # a worked response (Problem.solution); "" = none
+    task: str = ""  # the task that wrote the files, whose solution key they take (tasks.py)
 
 
 JSONL_PRESETS = {
@@ -41,7 +42,7 @@ JSONL_PRESETS = {
     "olympiadbench": JsonlSpec("question", "final_answer", "list"),
     "gaokao2023en": JsonlSpec("question", "answer"),
     # the lab's fixed Countdown splits (data/lab.py writes them), with SFT's solutions
-    "countdown": JsonlSpec("question", "answer", solution_field="solution"),
+    "countdown": JsonlSpec("question", "answer", solution_field="solution", task="countdown"),
 }
 
 

@@ -3,7 +3,9 @@
 A task is `f(task section, seed[, shard]) -> (training problems, {benchmark: problems})`,
 registered with `@register("<name>")` in its own module `explore_rl/data/<name>.py`
 (imported on first use): `arithmetic` (questions generated in code), `jsonl` (dataset
-files, with presets for the project's benchmark files).
+files, with presets for the project's benchmark files). A task whose problems have several
+solutions may register a key saying which one a correct response found (`solutions`:
+Countdown's expression tree); the evaluation counts each problem's distinct keys.
 
     train, tests = load("arithmetic", spec.task, seed=0)
 """
@@ -14,6 +16,7 @@ import dataclasses
 import hashlib
 import inspect
 import zlib
+from collections.abc import Callable, Hashable
 
 from explore_rl.registry import Registry
 
@@ -25,14 +28,21 @@ get = TASKS.get
 # A task's own knobs, by its name: a frozen dataclass whose defaults make the config
 # section `task.<name>`; the task reads them typed, as `task.own` (`spec.TaskSpec`).
 SETTINGS: dict[str, type] = {}
+# A task's solution key, by its name: `f(correct response) -> key`, equal keys the same
+# solution (`eval.diversity` counts each problem's distinct keys); a task without one
+# has one solution per answer, and nothing to count.
+SOLUTIONS: dict[str, Callable[[str], Hashable]] = {}
 
 
-def register(name: str, settings: type | None = None):
-    """Register a task function under `name`, with the settings class of its own knobs."""
+def register(name: str, settings: type | None = None, solutions=None):
+    """Register a task function under `name`, with the settings class of its own knobs and
+    its solution key (`SOLUTIONS`), where it has them."""
 
     def add(fn):
         if settings is not None:
             SETTINGS[name] = settings
+        if solutions is not None:
+            SOLUTIONS[name] = solutions
         return TASKS.register(name)(fn)
 
     return add
@@ -42,6 +52,12 @@ def settings_of(name: str) -> type | None:
     """The settings class of task `name` (registered, its module imported), if it has one."""
     get(name)
     return SETTINGS.get(name)
+
+
+def solutions_of(name: str) -> Callable[[str], Hashable] | None:
+    """The solution key of task `name` (registered, its module imported), if it has one."""
+    get(name)
+    return SOLUTIONS.get(name)
 
 
 def defaults(name: str) -> dict:

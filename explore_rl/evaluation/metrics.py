@@ -25,6 +25,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+# the key segment of a temperature of `eval.temperatures`: eval/<set>/T_<label>/<metric>
+# (evaluate.py writes them, analysis.frontier reads them)
+SWEEP = "T_"
+
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """1 - C(n - c, k) / C(n, k) = 1 - prod_{i = n - c + 1}^{n} (1 - k / i)."""
@@ -111,30 +115,51 @@ def bleu(hypothesis: Sequence, references: list[Sequence], n: int = N) -> float:
     precisions clipped by the references' maximum counts, a zero count smoothed to 0.1
     (Chen and Cherry 2014, method 1, as NLTK and Texygen's Self-BLEU), times the brevity
     penalty against the reference length closest to the hypothesis'."""
-    if not hypothesis:
+    most = [Counter() for _ in range(n)]
+    for ref in references:
+        for k in range(n):
+            for g, c in Counter(ngrams(ref, k + 1)).items():
+                most[k][g] = max(most[k][g], c)
+    grams = [Counter(ngrams(hypothesis, k)) for k in range(1, n + 1)]
+    return _bleu(grams, most, len(hypothesis), [len(r) for r in references])
+
+
+def _bleu(grams: list[Counter], most: list, length: int, ref_lengths: list[int]) -> float:
+    """`bleu` of a hypothesis of `length` tokens from its n-gram counts of each order
+    (`grams`) and, per order, each of its grams' largest count in a reference (`most`)."""
+    if not length:
         return 0.0
     log_p = 0.0
-    for k in range(1, n + 1):
-        grams = Counter(ngrams(hypothesis, k))
-        most = Counter()
-        for ref in references:
-            for g, c in Counter(ngrams(ref, k)).items():
-                most[g] = max(most[g], c)
-        total = max(sum(grams.values()), 1)
-        hits = sum(min(c, most[g]) for g, c in grams.items())
-        log_p += math.log((hits or 0.1) / total) / n
-    closest = min((abs(len(r) - len(hypothesis)), len(r)) for r in references)[1]
-    brevity = min(1.0, math.exp(1 - closest / len(hypothesis)))
+    for counts, clip in zip(grams, most):
+        total = max(sum(counts.values()), 1)
+        hits = sum(min(c, clip.get(g, 0)) for g, c in counts.items())
+        log_p += math.log((hits or 0.1) / total) / len(grams)
+    closest = min((abs(r - length), r) for r in ref_lengths)[1]
+    brevity = min(1.0, math.exp(1 - closest / length))
     return brevity * math.exp(log_p)
 
 
 def self_bleu(responses: list[Sequence], n: int = N) -> float:
-    """Mean BLEU-n of each response against all the others (Zhu et al. 2018, Texygen)."""
+    """Mean BLEU-n of each response against all the others (Zhu et al. 2018, Texygen).
+    A gram's largest count among the others is the largest over all responses unless that
+    is the response's own, then the second largest: each response's counts are taken once
+    (not once per other response, which cost seconds a question at 64 samples)."""
     if len(responses) < 2:
         return float("nan")
-    return float(
-        np.mean([bleu(r, responses[:i] + responses[i + 1 :], n) for i, r in enumerate(responses)])
-    )
+    grams = [[Counter(ngrams(r, k)) for k in range(1, n + 1)] for r in responses]
+    top = [{} for _ in range(n)]  # per order: gram -> (largest count, whose, second largest)
+    for i, own in enumerate(grams):
+        for k in range(n):
+            for g, c in own[k].items():
+                first, whose, second = top[k].get(g, (0, -1, 0))
+                top[k][g] = (c, i, first) if c > first else (first, whose, max(second, c))
+    lengths = [len(r) for r in responses]
+    scores = []
+    for i, own in enumerate(grams):
+        most = [{g: t[0] if t[1] != i else t[2] for g in own[k] for t in [top[k][g]]}
+                for k in range(n)]  # fmt: skip
+        scores.append(_bleu(own, most, lengths[i], lengths[:i] + lengths[i + 1 :]))
+    return float(np.mean(scores))
 
 
 def log_det(z: np.ndarray, alpha: float = 1.0) -> float:

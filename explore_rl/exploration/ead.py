@@ -30,7 +30,9 @@ truncated it either silences the response or is the cap. Per-token weights cappe
 the TIS the paper cites (Yao et al. 2025, as verl applies it) and ASE's (ASE paper, Eq. 9);
 `rl.tis_level = "row_mean"` gives every token of a row the row's mean weight instead. With
 `at_eval` the same schedule is used when evaluating (the paper's test-time Maj@N); leave
-`eval.temperature` at 1.0 for the paper's setting, since the table multiplies it.
+`eval.temperature` at 1.0 for the paper's setting, since the table multiplies it. The
+sweep of `eval.temperatures` draws the policy at each fixed T, without the schedule, so an
+EAD arm's Pass@k at T is comparable with GRPO's (evaluation/evaluate.py).
 
     python -m explore_rl.main --config configs/ead.py:demo --workdir runs/ead
 """

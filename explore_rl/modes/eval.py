@@ -78,7 +78,8 @@ def _evaluate(spec: RunSpec, explorers: list, workdir: str | None) -> dict:
 
 def _evaluated(spec: RunSpec, test_sets: dict, folder: str | None, step: int) -> dict:
     """What an evaluation evaluated, beside its results: the checkpoint (or the model), the
-    benchmarks and how many of each one's questions, and how it sampled."""
+    benchmarks and how many of each one's questions, and how it sampled (with
+    `eval.temperatures`, each label's temperature)."""
     e = spec.eval
     return {
         "step": step,
@@ -91,7 +92,9 @@ def _evaluated(spec: RunSpec, test_sets: dict, folder: str | None, step: int) ->
             for name, p in test_sets.items()
         },
         "sampling": {"samples": e.samples, "temperature": e.temperature,
-                     "top_p": e.sampling.top_p, "max_new_tokens": e.sampling.max_new_tokens},
+                     "top_p": e.sampling.top_p, "max_new_tokens": e.sampling.max_new_tokens,
+                     **({"temperatures": {t.label: t.value for t in e.temperatures}}
+                        if e.temperatures else {})},
         "methods": [n for n, _ in spec.methods],
     }  # fmt: skip
 
