@@ -46,7 +46,7 @@ def test_a_recipe_is_trained_once_and_every_run_starts_from_its_last_weights(cou
         assert json.load(f)["train"]["steps"] == lab.get_config("sft,smoke").train.steps
 
 
-def test_a_recipe_is_named_by_its_model_folders_contents_not_its_place(tmp_path, monkeypatch):
+def test_a_recipe_is_named_by_what_it_trains_not_by_its_place(tmp_path, monkeypatch):
     """Each clone of the tree (a worktree, CI's clean clone) shares the lab's base model:
     the recipe's model folder, inside the checkout, is keyed by its files."""
     import shutil
@@ -60,6 +60,12 @@ def test_a_recipe_is_named_by_its_model_folders_contents_not_its_place(tmp_path,
     with open(copy / "tokenizer.json", "a") as f:  # another vocabulary: another model
         f.write(" ")
     assert base_model.key(here) != base_model.key(there)
+    # an evaluation's setting changes nothing the SFT trains; a learning rate does
+    quieter = base_model.recipe(lab.get_config("smoke"))
+    quieter.eval.samples, quieter.logging.name = 3, "another"
+    assert base_model.key(quieter) == base_model.key(here)
+    quieter.optim.lr *= 2
+    assert base_model.key(quieter) != base_model.key(here)
 
 
 @pytest.mark.slow

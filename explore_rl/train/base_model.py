@@ -40,12 +40,20 @@ def recipe(c):
     return out
 
 
+# sections an SFT run reads for nothing its weights depend on (its evaluations draw from
+# their own keys): a setting added to them does not make every machine train the base again
+UNTRAINED = ("eval", "logging", "export", "sample", "exploration")
+
+
 def key(sft_config) -> str:
-    """The recipe's name in the cache: a digest of its resolved config, with its model
-    folder named by its files' contents rather than where it lies (the lab's is inside the
-    checkout: every clone of one tree shares one build), and the format."""
+    """The recipe's name in the cache: a digest of its resolved config but the UNTRAINED
+    sections, with its model folder named by its files' contents rather than where it lies
+    (the lab's is inside the checkout: every clone of one tree shares one build), and the
+    format."""
     recipe_ = config_lib.resolved(sft_config).to_dict()
     recipe_["model"]["path"] = _contents(recipe_["model"]["path"])
+    for section in UNTRAINED:
+        recipe_.pop(section, None)
     text = json.dumps(recipe_, sort_keys=True)
     return hashlib.sha256(f"{_FORMAT}\n{text}".encode()).hexdigest()[:20]
 
