@@ -346,6 +346,7 @@ def smoke(words: list[str], hf_folder: str) -> list[str]:
             "sample": ["--random-init", "tiny-llama", "--reps", "1", "--no-peer"],
             "startup": ["--config", "configs/grpo.py:smoke"],
             "memory": ["--config", "configs/grpo.py:smoke"],
+            "lora": ["--config", "configs/grpo.py:smoke", "--steps", "1", "--ranks", "1"],
             "fit": [],  # shapes only: every paper config as it is
             "depth": [
                 "--preset",
