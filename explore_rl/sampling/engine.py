@@ -14,15 +14,26 @@ Its steering vector, temperature row, position and response keys travel with the
 Exactness: token t of row b is drawn with the uniform `sampler.row_uniforms(rng)[t, b]` at
 temperature `temperature[b, t]`, keyed by (row, position) and never by slot or loop step,
 so for a given slot count a row's tokens, mu, entropies and readouts are bit for bit the
-same whatever N or the order of refills. Across slot counts, and against the one pass
-(whose groups read their shared prompt through a differently shaped product), the batch
-width changes the kernels XLA picks (on CPU even a row sum over a 49k vocabulary rounds
-differently for 3 rows than for 16), so mu and entropies agree to float rounding and the
-tokens agree unless that rounding straddles a draw's boundary (BENCHMARKS.md measures it).
+same whatever N, the order of refills or the attention window below: a masked slot adds
+an exact 0 to the softmax's sums, and XLA's CPU kernels sum the kept slots in the same
+order whatever the window's length (the tests check it; unchecked on GPU, where a
+reduction grouped by its length would make the window's rounding the row's). Across
+slot counts, and against the one pass (whose groups read their shared prompt through a
+differently shaped product), the batch width changes the kernels XLA picks (on CPU even
+a row sum over a 49k vocabulary rounds differently for 3 rows than for 16), so mu and
+entropies agree to float rounding and the tokens agree unless that rounding straddles a
+draw's boundary (BENCHMARKS.md measures it).
 
 Memory: the prompt keys P x L for the call, plus S x (L + E + T) slot keys, against
 P x L + B x (E + T) for one pass. S = 0 (or >= B) is that one pass: one prefill, one loop,
 each group reading its prompt's keys once per step: the fastest when everything fits.
+
+Speed: a step's attention reads the slots' response keys up to a window W, not all T:
+before each chunk the host takes the least W = W0 x 2^j (`EngineConfig.window`, W0 =
+256) >= every live slot's position + N, at most T, and the chunk attends (and writes)
+the first W slots. One program per window: at most log2(T / W0) + 1 compiles of
+the chunk a call shape, each compiled when first needed. The one pass still reads all T
+(its single loop has no host step between chunks to pick a window at).
 
     out, stats = engine.generate(params, cfg, prompts, prompt_mask, rng, temperature,
                                  sampling, EngineConfig(slots=32, chunk=16))
