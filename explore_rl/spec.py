@@ -131,7 +131,7 @@ class RolloutSpec:
     dynamic_sampling: bool
     max_generation_batches: int
     sampling: SamplingConfig  # max_new_tokens, top_p, top_k; the model's stop ids
-    engine: EngineConfig  # slots ("auto" until the run sizes them), decode_chunk, _window
+    engine: EngineConfig  # slots ("auto" until the run sizes them), decode_chunk, decode_window
 
 
 @frozen
