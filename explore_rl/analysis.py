@@ -74,7 +74,7 @@ PANELS = {
 # and the settings that trade memory for time
 IGNORED = re.compile(
     r"^(seed|eval\.|train\.(log_every|checkpoint_every|keep_checkpoints|prune_checkpoints"
-    r"|samples_to_log|check_memory)|reward\.(workers|timeout)|mesh\.|memory\.|rollout\.(slots|decode_chunk)"
+    r"|samples_to_log|check_memory)|reward\.(workers|timeout)|mesh\.|memory\.|rollout\.(slots|decode_chunk|decode_window)"
     r"|model\.(attention|attention_block|remat|scan_layers|logits_chunk)|optim\.micro_batch)"
 )
 

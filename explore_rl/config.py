@@ -512,9 +512,11 @@ def engine_config(c: ConfigDict) -> EngineConfig:
     """How every generation (training, evaluation, --mode sample) is scheduled; slots
     "auto" are sized when a run starts (`train.sizing.size`)."""
     try:
-        return EngineConfig(c.rollout.slots, c.rollout.decode_chunk)
+        return EngineConfig(c.rollout.slots, c.rollout.decode_chunk, c.rollout.decode_window)
     except ValueError as e:
-        raise ValueError(f"config: rollout.slots / rollout.decode_chunk: {e}") from None
+        raise ValueError(
+            f"config: rollout.slots / rollout.decode_chunk / rollout.decode_window: {e}"
+        ) from None
 
 
 def wandb_settings(c: ConfigDict) -> dict | None:

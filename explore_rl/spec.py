@@ -140,7 +140,7 @@ class RolloutSpec:
     dynamic_sampling: bool
     max_generation_batches: int
     sampling: SamplingConfig  # max_new_tokens, top_p, top_k; the model's stop ids
-    engine: EngineConfig  # slots ("auto" until the run sizes them), decode_chunk
+    engine: EngineConfig  # slots ("auto" until the run sizes them), decode_chunk, decode_window
 
 
 @frozen
@@ -379,6 +379,7 @@ DOMAINS: dict[str, Domain] = {
     "rollout.max_generation_batches": COUNT,
     "rollout.slots": Domain(integer=True, low=0, special=("auto",), note='or "auto"'),
     "rollout.decode_chunk": COUNT,
+    "rollout.decode_window": Domain(integer=True, low=0, high=INT32, note="0: all"),
     "rl.eps_low": DECAY, "rl.eps_high": NON_NEGATIVE,
     "rl.gspo_eps_low": DECAY, "rl.gspo_eps_high": NON_NEGATIVE,
     "rl.dual_clip": NON_NEGATIVE, "rl.tis_cap": NON_NEGATIVE,

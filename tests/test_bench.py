@@ -29,13 +29,16 @@ def test_bench_engine_reports_what_each_slot_count_did():
     """Each slot count as the bench's own process runs it (docs/scaling.md runs the whole
     command, a process per count)."""
     common = ["engine", "--random-init", "tiny-llama", "--prompts", "2", "--group", "4",
-              "--new-tokens", "8", "--chunk", "2", "--only"]  # fmt: skip
-    one, slotted = (bench.main([*common, s])["runs"][0] for s in ("0", "3"))
+              "--new-tokens", "8", "--chunk", "2", "--windows", "0,2", "--only"]  # fmt: skip
+    (one,), (whole, slotted) = (bench.main([*common, s])["runs"] for s in ("0", "3"))
     assert (one["slots"], slotted["slots"]) == (0, 3)
-    # the same rows whatever the slots
-    assert one["rows"] == slotted["rows"] and one["useful_tokens"] == slotted["useful_tokens"] > 0
+    # the one pass has no windows; the slots' chunks attend all 8 slots, then 2, 4, 8
+    assert (one["window"], whole["window"], slotted["window"]) == (None, 0, 2)
+    # the same rows whatever the slots and the window
+    assert one["rows"] == slotted["rows"] == whole["rows"]
+    assert one["useful_tokens"] == slotted["useful_tokens"] > 0
     assert one["refills"] == 0 and slotted["refills"] == 8 - 3
-    for r in (one, slotted):
+    for r in (one, whole, slotted):
         for key in (
             "useful_tokens_per_s", "occupancy", "prefill_s", "decode_s", "peak_rss_gib",
             "decode_tokens_per_s", "fraction_of_bandwidth_bound", "bandwidth_gbs",

@@ -182,10 +182,10 @@ def test_the_run_spec_holds_every_field_of_the_run_once():
     }  # fmt: skip
     derived = {"task.name", "task.own", "rl.score_temperature", "rl.max_response_len", "reward.fn",
                "reward.weights", "rollout.stop_ids", "eval.stop_ids", "sample.stop_ids",
-               "eval.slots", "eval.decode_chunk", "eval.top_k", "eval.temperatures", "model.lora",
-               "model.lora_path", "model.origin"}  # fmt: skip
+               "eval.slots", "eval.decode_chunk", "eval.decode_window", "eval.top_k",
+               "eval.temperatures", "model.lora", "model.lora_path", "model.origin"}  # fmt: skip
     library = (SamplingConfig, EngineConfig)  # a section's objects: their fields, by config name
-    renamed = {"chunk": "decode_chunk"}
+    renamed = {"chunk": "decode_chunk", "window": "decode_window"}
 
     def fields(section, typed):
         out = {}

@@ -32,7 +32,7 @@ def tiny():
     return params, cfg, jnp.asarray(tokens), jnp.asarray(mask)
 
 
-def run(tiny, slots, chunk=16, temperature=None, seed=0, config=None, **kw):
+def run(tiny, slots, chunk=16, temperature=None, seed=0, config=None, window=256, **kw):
     params, cfg, prompts, pmask = kw.pop("model", tiny)
     return engine.generate(
         params,
@@ -42,7 +42,7 @@ def run(tiny, slots, chunk=16, temperature=None, seed=0, config=None, **kw):
         jax.random.key(seed),
         jnp.ones((B, T)) if temperature is None else temperature,
         config or SamplingConfig(T, stop_ids=STOPS),
-        EngineConfig(slots, chunk),
+        EngineConfig(slots, chunk, window),
         **kw,
     )
 
@@ -123,10 +123,9 @@ def test_stats_count_the_work(tiny):
     )
 
 
-def test_per_row_settings_follow_their_row_through_refills(tiny):
+def per_row_settings(tiny):
     """Temperature rows (greedy ones too), top-p, steering routes laid out inside groups,
-    appended slots, a readout and prompts with response prefixes, each on the row that
-    carries it, whichever slot it lands in."""
+    appended slots, a readout and prompts with response prefixes: `run`'s keywords."""
     params, cfg, prompts, pmask = tiny
     # two routes per problem, interleaved in each group; the second route's prompt row
     # carries a response prefix (three tokens after the question)
@@ -150,20 +149,56 @@ def test_per_row_settings_follow_their_row_through_refills(tiny):
     tau = jax.random.uniform(jax.random.key(5), (B, T), minval=0.3, maxval=1.6)
     tau = tau.at[::5].set(0.0)  # greedy rows
     model = (params, cfg, jnp.asarray(prompt_rows), jnp.asarray(prompt_mask))
-    kw = dict(
+    return dict(
         model=model,
         temperature=tau,
         config=SamplingConfig(T, top_p=0.9, stop_ids=STOPS),
         interventions=iv,
         prefill_rows=prefill_rows,
     )
+
+
+def test_per_row_settings_follow_their_row_through_refills(tiny):
+    """Each setting on the row that carries it, whichever slot it lands in."""
+    kw = per_row_settings(tiny)
     ref, _ = run(tiny, slots=0, **kw)
     assert ref.readout is not None and np.asarray(ref.readout).any()
-    scale = scales(model, ref, tau, iv.steer, prefill_rows)
+    iv, rows = kw["interventions"], kw["prefill_rows"]
+    scale = scales(kw["model"], ref, kw["temperature"], iv.steer, rows)
     for slots, chunk in ((5, 3), (B // 4, 1)):
         out, stats = run(tiny, slots, chunk, **kw)
         assert stats.refills == B - slots
         assert_same_rows(out, ref, exact=False, scale=scale)
+
+
+def test_window_follows_the_furthest_live_slot():
+    w = EngineConfig(window=4)
+    assert [w.window_for(r, T) for r in (1, 4, 5, 9, 17, 100)] == [4, 4, 8, 16, 24, 24]
+    assert EngineConfig(window=0).window_for(1, T) == T
+
+
+def test_attention_window_changes_no_bit(tiny, monkeypatch):
+    """Chunks that attend only the first W response slots (W growing 4, 8, 16, 24 as the
+    slots' rows advance) give every row the bits of chunks that attend all T: masked
+    slots add exact zeros to the softmax and its weighted sum, and the kept slots are
+    summed in the same order. With every per-row setting, for two slot counts, each
+    against another chunk size."""
+    windows, window_for = [], EngineConfig.window_for
+
+    def recorded(self, reach, n_new):
+        windows.append(window_for(self, reach, n_new))
+        return windows[-1]
+
+    monkeypatch.setattr(EngineConfig, "window_for", recorded)
+    kw = per_row_settings(tiny)
+    for slots in (5, B // 4):
+        ref, _ = run(tiny, slots, chunk=1, window=0, **kw)
+        assert set(windows) == {T}
+        windows.clear()
+        out, _ = run(tiny, slots, chunk=3, window=4, **kw)
+        assert {4, 8, 16, T} <= set(windows), windows
+        windows.clear()
+        assert_same_rows(out, ref, exact=True)
 
 
 def test_one_token_responses(tiny):
@@ -189,6 +224,8 @@ def test_no_recompile_across_length_mixes(tiny):
 def test_bad_engine_settings_name_the_key(slots, chunk):
     with pytest.raises(ValueError, match="slots=.*chunk="):
         EngineConfig(slots, chunk)
+    with pytest.raises(ValueError, match="window=-1"):
+        EngineConfig(4, 4, window=-1)
 
 
 @pytest.mark.slow

@@ -14,15 +14,26 @@ Its steering vector, temperature row, position and response keys travel with the
 Exactness: token t of row b is drawn with the uniform `sampler.row_uniforms(rng)[t, b]` at
 temperature `temperature[b, t]`, keyed by (row, position) and never by slot or loop step,
 so for a given slot count a row's tokens, mu, entropies and readouts are bit for bit the
-same whatever N or the order of refills. Across slot counts, and against the one pass
-(whose groups read their shared prompt through a differently shaped product), the batch
-width changes the kernels XLA picks (on CPU even a row sum over a 49k vocabulary rounds
-differently for 3 rows than for 16), so mu and entropies agree to float rounding and the
-tokens agree unless that rounding straddles a draw's boundary (BENCHMARKS.md measures it).
+same whatever N, the order of refills or the attention window below: a masked slot adds
+an exact 0 to the softmax's sums, and XLA's CPU kernels sum the kept slots in the same
+order whatever the window's length (the tests check it; unchecked on GPU, where a
+reduction grouped by its length would make the window's rounding the row's). Across
+slot counts, and against the one pass (whose groups read their shared prompt through a
+differently shaped product), the batch width changes the kernels XLA picks (on CPU even
+a row sum over a 49k vocabulary rounds differently for 3 rows than for 16), so mu and
+entropies agree to float rounding and the tokens agree unless that rounding straddles a
+draw's boundary (BENCHMARKS.md measures it).
 
 Memory: the prompt keys P x L for the call, plus S x (L + E + T) slot keys, against
 P x L + B x (E + T) for one pass. S = 0 (or >= B) is that one pass: one prefill, one loop,
 each group reading its prompt's keys once per step: the fastest when everything fits.
+
+Speed: a step's attention reads the slots' response keys up to a window W, not all T:
+before each chunk the host takes the least W = W0 x 2^j (`EngineConfig.window`, W0 =
+256) >= every live slot's position + N, at most T, and the chunk attends (and writes)
+the first W slots. One program per window: at most log2(T / W0) + 1 compiles of
+the chunk a call shape, each compiled when first needed. The one pass still reads all T
+(its single loop has no host step between chunks to pick a window at).
 
     out, stats = engine.generate(params, cfg, prompts, prompt_mask, rng, temperature,
                                  sampling, EngineConfig(slots=32, chunk=16))
@@ -61,6 +72,9 @@ class EngineConfig:
     # for the device (a run's start does: `train.sizing`), not yet a schedule
     slots: int | str = 0
     chunk: int = 16  # N: most decode steps between refills
+    # W0: a chunk attends the first W response slots, W the least W0 x 2^j covering every
+    # live slot's position + N (at most T); 0: always all T
+    window: int = 256
 
     def __post_init__(self):
         counted = isinstance(self.slots, int) and not isinstance(self.slots, bool)
@@ -69,6 +83,17 @@ class EngineConfig:
                 f"slots={self.slots!r} must be a count >= 0 (0: every row at once) or "
                 f"'auto', and chunk={self.chunk} >= 1"
             )
+        if self.window < 0:
+            raise ValueError(f"window={self.window} must be >= 0 (0: every response slot)")
+
+    def window_for(self, reach: int, n_new: int) -> int:
+        """Response slots a chunk attends when its live slots write below slot `reach`."""
+        if not self.window:
+            return n_new
+        w = self.window
+        while w < reach:
+            w *= 2
+        return min(w, n_new)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,11 +208,13 @@ def _slotted(params, cfg, prompts, prompt_mask, rng, temperature, config, iv, ro
     jax.block_until_ready((prompt_cache, slots))
     prefill_s, decode_s = time.perf_counter() - clock, 0.0
     waiting, steps, refills, first = 0, 0, 0, True
-    free = np.ones(engine.slots, bool)
+    free, index = np.ones(engine.slots, bool), np.zeros(engine.slots, np.int64)
     while True:
         enter = np.full(engine.slots, -1, np.int32)
         for s in np.flatnonzero(free)[: b - waiting]:
             enter[s], waiting = waiting, waiting + 1
+        index[enter >= 0] = 0
+        live = ~free | (enter >= 0)
         if (enter >= 0).any():
             refills += 0 if first else int(np.sum(enter >= 0))
             first = False
@@ -201,12 +228,16 @@ def _slotted(params, cfg, prompts, prompt_mask, rng, temperature, config, iv, ro
         clock = time.perf_counter()
         # end the chunk early once enough slots are free for the rows still waiting
         wanted = min(b - waiting, max(1, engine.slots // 8)) if b > waiting else engine.slots + 1
+        # a live slot at response slot i writes slots i .. i + N - 1 in this chunk
+        reach = int(index[live].max(initial=0)) + engine.chunk
         slots, ran = _chunk(
-            params, cfg, slots, jnp.asarray(wanted), temperature, u, config, iv, engine.chunk
-        )
+            params, cfg, slots, jnp.asarray(wanted), temperature, u, config, iv, engine.chunk,
+            engine.window_for(reach, n_new),
+        )  # fmt: skip
         free = np.asarray(slots.done)
         decode_s += time.perf_counter() - clock
         steps += int(ran)
+        index += int(ran)  # exact for the slots still live, the only ones read
         if waiting == b and free.all():
             break
     out = slots.out
@@ -290,12 +321,25 @@ def _enter(
 
 
 @functools.partial(
-    jax.jit, static_argnames=("cfg", "config", "n_steps"), donate_argnames=("slots",)
+    jax.jit, static_argnames=("cfg", "config", "n_steps", "window"), donate_argnames=("slots",)
 )
-def _chunk(params, cfg, slots: _Slots, wanted, temperature, u, config, iv, n_steps: int):
+def _chunk(
+    params, cfg, slots: _Slots, wanted, temperature, u, config, iv, n_steps: int, window: int
+):
     """At most n_steps decode steps of every slot whose row has not stopped; ends early
-    when none is left or `wanted` slots are free. Returns the slots and the steps run."""
+    when none is left or `wanted` slots are free. The steps attend (and write) the first
+    `window` response slots only: every live slot's writes must fall below it; a finished
+    slot's write beyond it is dropped (its row is done, and a row entering clears it).
+    Returns the slots and the steps run."""
     b, n_new = temperature.shape
+    whole = slots.cache
+    slots = slots.replace(
+        cache=whole.replace(
+            k=[x[:, :, :window] for x in whole.k],
+            v=[x[:, :, :window] for x in whole.v],
+            mask=whole.mask[:, :window],
+        )
+    )
 
     def cond(carry):
         i, s = carry
@@ -323,7 +367,15 @@ def _chunk(params, cfg, slots: _Slots, wanted, temperature, u, config, iv, n_ste
         return i + 1, s
 
     ran, slots = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), slots))
+    c = slots.cache
+    cache = c.replace(
+        k=[x.at[:, :, :window].set(y) for x, y in zip(whole.k, c.k)],
+        v=[x.at[:, :, :window].set(y) for x, y in zip(whole.v, c.v)],
+        mask=whole.mask.at[:, :window].set(c.mask),
+    )
     # what the host reads between chunks and at the end, whole on every device
     return slots.replace(
-        done=parallel.replicated(slots.done), out=parallel.replicated(slots.out)
+        cache=cache,
+        done=parallel.replicated(slots.done),
+        out=parallel.replicated(slots.out),
     ), ran

@@ -414,7 +414,8 @@ _SAME_RUN = ("seed", "model.", "task.", "rollout.", "rl.", "optim.", "exploratio
 # memory, say; results move by float rounding at most): the decode slots, the update's
 # micro-batches, and how the model runs but for its dtypes.
 _SCHEDULING = (
-    "rollout.slots", "rollout.decode_chunk", "optim.micro_batches", "optim.micro_batch_tokens",
+    "rollout.slots", "rollout.decode_chunk", "rollout.decode_window", "optim.micro_batches",
+    "optim.micro_batch_tokens",
     *(f"model.{k}" for k in RUN_SETTINGS if not k.endswith("dtype")),
 )  # fmt: skip
 
