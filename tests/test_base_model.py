@@ -63,6 +63,7 @@ def test_a_recipe_is_named_by_what_it_trains_not_by_its_place(tmp_path, monkeypa
     # an evaluation's setting changes nothing the SFT trains; a learning rate does
     quieter = base_model.recipe(lab.get_config("smoke"))
     quieter.eval.samples, quieter.logging.name = 3, "another"
+    quieter.rollout.decode_chunk, quieter.model.remat = 7, "block"  # how it runs
     assert base_model.key(quieter) == base_model.key(here)
     quieter.optim.lr *= 2
     assert base_model.key(quieter) != base_model.key(here)

@@ -316,7 +316,7 @@ def test_study_1s_arms_are_the_runs_it_kept(monkeypatch):
             k
             for k in before.keys() & now.keys()
             if k.startswith(build._SAME_RUN)
-            and k not in build._SCHEDULING
+            and k not in build.SCHEDULING
             and k not in ("model.path", "model.random_init")
         ]
         assert len(compared) > 50

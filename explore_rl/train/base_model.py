@@ -27,6 +27,7 @@ from explore_rl import caching
 from explore_rl import config as config_lib
 from explore_rl.models import lora, weights
 from explore_rl.train import sft
+from explore_rl.train.build import SCHEDULING
 
 _FORMAT = "v1"  # bump when what a recipe builds changes
 
@@ -46,14 +47,17 @@ UNTRAINED = ("eval", "logging", "export", "sample", "exploration")
 
 
 def key(sft_config) -> str:
-    """The recipe's name in the cache: a digest of its resolved config but the UNTRAINED
-    sections, with its model folder named by its files' contents rather than where it lies
-    (the lab's is inside the checkout: every clone of one tree shares one build), and the
-    format."""
+    """The recipe's name in the cache: a digest of its resolved config but the
+    UNTRAINED sections and the scheduling settings (`build.SCHEDULING`), with its model
+    folder named by its files' contents rather than where it lies (the lab's is inside the
+    checkout: every clone of one tree shares one build), and the format."""
     recipe_ = config_lib.resolved(sft_config).to_dict()
     recipe_["model"]["path"] = _contents(recipe_["model"]["path"])
     for section in UNTRAINED:
         recipe_.pop(section, None)
+    for setting in SCHEDULING:  # how it runs, not what it trains
+        section, name = setting.split(".")
+        recipe_[section].pop(name, None)
     text = json.dumps(recipe_, sort_keys=True)
     return hashlib.sha256(f"{_FORMAT}\n{text}".encode()).hexdigest()[:20]
 

@@ -413,7 +413,7 @@ _SAME_RUN = ("seed", "model.", "task.", "rollout.", "rl.", "optim.", "exploratio
 # How rollouts and updates are scheduled, not what they are: a resume may change it (less
 # memory, say; results move by float rounding at most): the decode slots, the update's
 # micro-batches, and how the model runs but for its dtypes.
-_SCHEDULING = (
+SCHEDULING = (
     "rollout.slots", "rollout.decode_chunk", "rollout.decode_window", "optim.micro_batches",
     "optim.micro_batch_tokens",
     *(f"model.{k}" for k in RUN_SETTINGS if not k.endswith("dtype")),
@@ -445,7 +445,7 @@ def check_same_run(spec: RunSpec, workdir: str, resuming: bool = True) -> None:
     changed = sorted(
         k
         for k in before.keys() & now.keys()
-        if k.startswith(_SAME_RUN) and k not in _SCHEDULING and before[k] != now[k]
+        if k.startswith(_SAME_RUN) and k not in SCHEDULING and before[k] != now[k]
     )
     if before.get("model.base") and before.get("model.base") == now.get("model.base"):
         # model.path is then the cache folder of model.base's recipe, named by a digest of
