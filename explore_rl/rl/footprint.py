@@ -18,15 +18,15 @@ A step's peak is what stays resident plus the larger of its two phases:
   block's input, its mid-block residual and two normed inputs; q before and after RoPE,
   its rotated half, its grouped copy for the attention einsum, the attention output and
   its flattened copy; k after RoPE, its rotated half and v; the MLP's gate and up, the
-  SiLU's sigmoid, output and the two factors of its derivative, and the product; and
+  SiLU's sigmoid and output, two more values of its linearisation, and the product; and
   attention's own (dense: float32 scores and probabilities against every key the token
   sees; blockwise or fused: its float32 output and log-sum-exp). The backward's workspace:
   dense attention's gradients of one layer's scores; blockwise, a tile per row; the fused
   kernel's, none (its tiles stay on chip), but it runs each row as one prompt + response
   sequence, so the update's prompt tokens count once a row (`rl/scoring.py`). With
   `remat=block` a layer keeps its input only and the backward rebuilds one layer, and its
-  cotangents, at a time (twice a layer's activations as above less the linearisation's
-  intermediates, which stay inside the rebuilt layer's fusions); `dots` also keeps its weight
+  cotangents, at a time (twice a layer's activations by the shorter count of `_Sizes.full`,
+  not yet checked against XLA's buffer assignment with remat); `dots` also keeps its weight
   matmuls' outputs. The log-probs hold one chunk's (`model.logits_chunk` tokens)
   float32 logits, their log-softmax and its gradient (`model.logits_chunk`), and the
   final hidden states the chunks are cut from.
@@ -238,7 +238,9 @@ class _Sizes:
         return rows * self.n * queries * keys * 4 * 2
 
     def full(self, queries: int, keys: int) -> int:
-        """One layer's activations of one token, as a rematerialised backward rebuilds them."""
+        """One layer's activations of one token, as a rematerialised backward rebuilds them:
+        the block's stream, q/k/v before and after RoPE, the attention output, the MLP's
+        gate, up, activation and product, and attention's own."""
         d, n, k, h, f = self.d, self.n, self.k, self.h, self.f
         return (6 * d + 3 * n * h + 3 * k * h + 4 * f) * self.a + self.attention_kept(queries, keys)
 
