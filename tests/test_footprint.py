@@ -42,13 +42,15 @@ def test_terms_by_hand_on_one_device():
     t = est.terms
     assert t["params"] == cfg.num_params() * 4
     assert t["optimizer moments"] - 2 * t["params"] < 64  # Adam's mu, nu (and two counters)
-    assert t["gradients"] == 2 * t["params"] and t["reference params"] == 0
+    # one micro-batch an optimizer step: its gradients only, no accumulator beside them
+    assert t["gradients"] == t["params"] and t["reference params"] == 0
     # layers x (k, v) x kv heads x head dim x 4 bytes x (2 prompts x 48 + 8 rows x 8 slots)
     assert t["KV cache"] == 2 * 2 * 2 * 8 * 4 * (2 * 48 + 8 * 8)
     c.rl.minibatches = 1  # a micro-batch of 2 prompts, then of 1: half the activations
     whole = _estimate(c)[2].terms["activations"]
     c.optim.micro_batches = 2
-    assert _estimate(c)[2].terms["activations"] * 2 == whole
+    halves = _estimate(c)[2].terms
+    assert halves["activations"] * 2 == whole and halves["gradients"] == 2 * t["params"]
     c.rl.kl_coef = 0.1
     assert _estimate(c)[2].terms["reference params"] == t["params"]
     c.rollout.slots = 3  # each slot holds a copy of its prompt's keys
@@ -164,7 +166,7 @@ def test_auto_slots_take_the_most_that_fit():
 
 
 @pytest.mark.slow
-def test_within_a_quarter_of_the_measured_peak_on_the_cpu_demo():
+def test_near_the_measured_peak_on_the_cpu_demo():
     """The demo's shape (SmolLM2-135M, 4 prompts x 8 rows x 32 tokens, 4 optimizer steps
     per batch, float32), random weights so that no model file is mapped into memory."""
     out = subprocess.run(
@@ -174,7 +176,8 @@ def test_within_a_quarter_of_the_measured_peak_on_the_cpu_demo():
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert 0.75 <= result["estimate_over_measured"] <= 1.25, (result, out.stderr[-2000:])
+    # the estimate counts arrays; the CPU process holds ~0.7 GiB more (BENCHMARKS.md, memory)
+    assert 0.7 <= result["estimate_over_measured"] <= 1.25, (result, out.stderr[-2000:])
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
@@ -271,3 +274,51 @@ def test_the_usable_share_of_a_gpu_is_jaxs_memory_fraction(monkeypatch):
     assert footprint.usable_fraction() == 1.0
     _, est, fixes = fit.paper_fit("configs/ead.py:paper", devices=1, fraction=0.75)
     assert not est.fits and fixes and "mesh.fsdp" in fixes[-1]
+
+
+@pytest.mark.parametrize("rank", [0, 8])
+def test_the_update_terms_track_xlas_buffer_assignment_with_and_without_lora(rank):
+    """The update's terms (one micro-batch's gradients, activations, workspace, logits)
+    against XLA's memory analysis of the compiled micro-batch (compiled, not run): its
+    output (the gradients) and temporaries. The demo's update (1 prompt of 48 tokens x 8
+    rows of 32, float32, no remat) on SmolLM2-135M's layers, 4 of them and a 4,096-token
+    vocabulary so that the layers, not the LM head, set most of it; full fine-tuning and
+    LoRA alike: 1.12 and 1.04 (at the demo's 30 layers and 49k vocabulary LoRA's was
+    0.77 before the activations were counted as XLA keeps them; a full run's second,
+    accumulator-less gradient copy had made up for it)."""
+    import dataclasses
+
+    import jax
+    import jax.numpy as jnp
+
+    from explore_rl.models import lora, transformer
+    from explore_rl.rl import train_step
+
+    c = grpo.get_config("demo")
+    c.model.random_init, c.model.lora.rank = "smollm2-135m", rank
+    s = config_lib.spec(c)
+    cfg = s.model.config()[0].replace(n_layers=4, vocab_size=4096)
+    shape = sizing.step_sizes(s, 40, ONE)
+    est = footprint.estimate(cfg, ONE, make_optimizer(s.optim), shape, False, (2**40, "x"))
+
+    def init():
+        params = transformer.init_params(cfg, jax.random.key(0))
+        return lora.attach(params, lora.init(cfg, jax.random.key(1))) if cfg.lora else params
+
+    a = jax.ShapeDtypeStruct
+    q, b, p, t = c.rollout.prompts, c.rollout.prompts * c.rollout.group_size, 48, 32
+    f32, i32 = jnp.float32, jnp.int32
+    batch = train_step.Batch(
+        a((q, p), i32), a((q, p), bool), a((b, t), i32), a((b, t), bool), a((b,), f32),
+        a((b, t), f32), a((b, t), f32), a((b,), f32),
+    )  # fmt: skip
+    lc = dataclasses.replace(s.loss, **dict.fromkeys(train_step._TRACED_CLIPS, 0.0))
+    groups = a((shape.update_prompts,), i32)
+    compiled = train_step._accumulate.lower(
+        jax.eval_shape(init), None, None, batch, groups, a(groups.shape, bool), a((), f32),
+        a((4,), f32), cfg=cfg, lc=lc, length=t,
+    ).compile()  # fmt: skip
+    xla = compiled.memory_analysis()
+    assert (shape.prompt_len, shape.update_rows, shape.micro_batches) == (p, 8, 1)
+    ratio = est.update / (xla.output_size_in_bytes + xla.temp_size_in_bytes)
+    assert 0.9 <= ratio <= 1.2, (ratio, est.summary())

@@ -11,17 +11,22 @@ A step's peak is what stays resident plus the larger of its two phases:
   prompt's keys too), the prefill's widest layer (its attention scores: a prompt against
   itself when dense, one tile per row when blockwise; the MLP's hidden state) and the
   sampler's logits;
-- update: the gradients (the accumulator and one micro-batch's), the activations one
-  micro-batch keeps for its backward pass, and the backward's workspace. Per layer and
-  token, without remat: the block's inputs and normed inputs, the q/k/v projections before
-  and after RoPE, the attention output, the MLP's gate, up, activation and product, and
+- update: one micro-batch's gradients (and, where an optimizer step sums several, the
+  accumulator beside them), the activations one micro-batch keeps for its backward pass,
+  and the backward's workspace. Per layer and token, without remat, what XLA's buffer
+  assignment of the update keeps (the demo's, SmolLM2-135M, counted value by value): the
+  block's input, its mid-block residual and two normed inputs; q before and after RoPE,
+  its rotated half, its grouped copy for the attention einsum, the attention output and
+  its flattened copy; k after RoPE, its rotated half and v; the MLP's gate and up, the
+  SiLU's sigmoid and output, two more values of its linearisation, and the product; and
   attention's own (dense: float32 scores and probabilities against every key the token
   sees; blockwise or fused: its float32 output and log-sum-exp). The backward's workspace:
   dense attention's gradients of one layer's scores; blockwise, a tile per row; the fused
   kernel's, none (its tiles stay on chip), but it runs each row as one prompt + response
   sequence, so the update's prompt tokens count once a row (`rl/scoring.py`). With
   `remat=block` a layer keeps its input only and the backward rebuilds one layer, and its
-  cotangents, at a time (twice a layer's activations); `dots` also keeps its weight
+  cotangents, at a time (twice a layer's activations by the shorter count of `_Sizes.full`,
+  not yet checked against XLA's buffer assignment with remat); `dots` also keeps its weight
   matmuls' outputs. The log-probs hold one chunk's (`model.logits_chunk` tokens)
   float32 logits, their log-softmax and its gradient (`model.logits_chunk`), and the
   final hidden states the chunks are cut from.
@@ -70,6 +75,7 @@ class StepSizes:
     update_rows: int  # rows in one micro-batch of the update
     slotted: bool = False  # decode slots hold a copy of their prompt's keys
     update_length: int = 0  # response tokens a micro-batch keeps of a row; 0 = new_tokens
+    micro_batches: int = 1  # micro-batches an optimizer step sums (past one: an accumulator)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,18 +238,22 @@ class _Sizes:
         return rows * self.n * queries * keys * 4 * 2
 
     def full(self, queries: int, keys: int) -> int:
-        """One layer's activations of one token, as the backward needs them."""
+        """One layer's activations of one token, as a rematerialised backward rebuilds them:
+        the block's stream, q/k/v before and after RoPE, the attention output, the MLP's
+        gate, up, activation and product, and attention's own."""
         d, n, k, h, f = self.d, self.n, self.k, self.h, self.f
         return (6 * d + 3 * n * h + 3 * k * h + 4 * f) * self.a + self.attention_kept(queries, keys)
 
     def kept(self, queries: int, keys: int) -> int:
-        """What one layer keeps of one token until the backward, by the remat policy."""
+        """What one layer keeps of one token until the backward, by the remat policy
+        (without remat: the module docstring's list, the linearisation's intermediates
+        included)."""
         d, n, k, h, f = self.d, self.n, self.k, self.h, self.f
         if self.cfg.remat == "block":
             return d * self.a
         if self.cfg.remat == "dots":  # input, q/k/v, attention out, gate, up, down
             return (3 * d + n * h + 2 * k * h + 2 * f) * self.a
-        return self.full(queries, keys)
+        return (4 * d + 6 * n * h + 3 * k * h + 7 * f) * self.a + self.attention_kept(queries, keys)
 
 
 @functools.lru_cache(maxsize=64)
@@ -319,7 +329,7 @@ def estimate(
         "params": p_bytes,
         "reference params": p_bytes if reference and not cfg.lora else 0,  # LoRA's: the base
         "optimizer moments": m_bytes,
-        "gradients": 2 * t_bytes,
+        "gradients": t_bytes * (2 if s.micro_batches > 1 else 1),
         "activations": acts,
         "backward workspace": workspace,
         "logits": logits,

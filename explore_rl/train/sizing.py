@@ -47,6 +47,7 @@ def step_sizes(spec: RunSpec, longest_prompt: int, axis_sizes: dict | None = Non
         update_rows=update_prompts * g,
         update_length=length,
         slotted=slotted,
+        micro_batches=-(-groups // update_prompts),
     )
 
 
