@@ -31,6 +31,24 @@ def test_the_pilot_keeps_each_ranks_best_rate_and_never_a_fallen_run():
     assert lora_study.choose(rows) == {"lora1": 3e-4, "lora8": 1e-4, "lora32": 1e-4}
 
 
+def test_the_pilot_looks_past_an_edge_that_wins():
+    nan = float("nan")
+    rows = [
+        {"arm": "lora1", "lr": 1e-4, "pass@1": 0.18},
+        {"arm": "lora1", "lr": 3e-4, "pass@1": 0.19},  # inside the grid: done
+        {"arm": "lora1", "lr": 1e-3, "pass@1": 0.15},
+        {"arm": "lora8", "lr": 1e-4, "pass@1": 0.20},  # the smallest wins: 3x below
+        {"arm": "lora8", "lr": 3e-4, "pass@1": 0.19},
+        {"arm": "lora32", "lr": 3e-4, "pass@1": 0.17},
+        {"arm": "lora32", "lr": 1e-3, "pass@1": 0.21},  # the largest wins: 3x above
+        {"arm": "full", "lr": 1e-4, "pass@1": nan},  # every rate fell: nothing to follow
+    ]
+    assert lora_study.beyond(rows) == [("lora8", 3.33e-5), ("lora32", 3e-3)]
+    rows.append({"arm": "lora8", "lr": 3.33e-5, "pass@1": 0.19})  # the edge moved: done
+    rows.append({"arm": "lora32", "lr": 3e-3, "pass@1": 0.20})
+    assert lora_study.beyond(rows) == []
+
+
 def _kept(root, arm, seed, pass1, pass64, base=0.17):
     path = root / f"{arm}-s{seed}"
     os.makedirs(path)

@@ -68,16 +68,33 @@ def choose(rows: list[dict]) -> dict[str, float]:
     return {arm: lr for arm, (lr, _) in best.items()}
 
 
+def beyond(rows: list[dict]) -> list[tuple[str, float]]:
+    """(arm, rate) to run next: where an arm's chosen rate is the edge of the rates it ran,
+    3x past that edge (docs/lab.md's amendment: the optimum may lie outside the grid)."""
+    out = []
+    for arm, lr in choose(rows).items():
+        ran = sorted(r["lr"] for r in rows if r["arm"] == arm)
+        if not any(r["arm"] == arm and np.isfinite(r["pass@1"]) for r in rows):
+            continue  # every rate fell: no edge to move past
+        if lr == ran[0]:
+            out.append((arm, float(f"{lr / 3:.3g}")))
+        elif lr == ran[-1]:
+            out.append((arm, float(f"{lr * 3:.3g}")))
+    return out
+
+
 def pilot(runs: str) -> tuple[str, dict]:
-    """Every rank at every rate of LRS (`PILOT_STEPS` steps, evaluated every 50): the
-    report's text and the chosen rates."""
+    """Every rank at every rate of LRS, then 3x past an edge that wins (`beyond`, until
+    none does; `PILOT_STEPS` steps each, evaluated every 50): the report's text and the
+    chosen rates."""
     from explore_rl import config as config_lib
     from explore_rl.logs import read_metrics
     from explore_rl.train import loop
 
     rows = []
-    for arm in ARMS[1:]:
-        for lr in LRS:
+    todo = [(arm, lr) for arm in ARMS[1:] for lr in LRS]
+    while todo:
+        for arm, lr in todo:
             c = arm_config(arm, PILOT_SEED, lr)
             c.train.steps, c.train.eval_before = PILOT_STEPS, False
             path = os.path.join(runs, f"{arm}-lr{lr:g}-s{PILOT_SEED}")
@@ -90,6 +107,8 @@ def pilot(runs: str) -> tuple[str, dict]:
                          "held": held, "reward_first": float(np.mean(rewards[:20])),
                          "reward_last": float(np.mean(rewards[-20:])),
                          "kl": float(np.median(kl)) if kl else float("nan")})  # fmt: skip
+        todo = beyond(rows)
+    rows.sort(key=lambda r: (ARMS.index(r["arm"]), r["lr"]))
     chosen = choose(rows)
     evals = sorted({s for r in rows for s in r["held"]})
     lines = [f"# The LoRA learning-rate pilot (seed {PILOT_SEED}, {PILOT_STEPS} steps; "
@@ -98,7 +117,7 @@ def pilot(runs: str) -> tuple[str, dict]:
              "GRPO with `model.lora.rank` set, adapters on every linear layer, alpha 32) run "
              f"for {PILOT_STEPS} steps without a step-0 evaluation; the columns read from its "
              "metrics.jsonl. The rule (docs/lab.md): per rank, the highest held-out Pass@1 at "
-             f"step {PILOT_STEPS}.", "",
+             f"step {PILOT_STEPS}, the grid extended 3x past an edge that wins.", "",
              "| arm | lr | training reward, steps 1-20 | last 20 steps | held-out Pass@1 at "
              f"step {' / '.join(map(str, evals))} | approx KL a step (median) | chosen |",
              "|---|---|---|---|---|---|---|"]  # fmt: skip
