@@ -89,12 +89,14 @@ def test_the_report_judges_equivalence_within_the_margin(tmp_path, monkeypatch):
     eight = {line.split(" | ")[1]: line for line in _lines(text, "lora8")}
     assert eight["Pass@64"].endswith("| against |")  # -0.054 [-0.056, -0.052]: outside 0.02
     assert "-0.054 [" in eight["Pass@64"]
-    thirty_two = [line for line in _lines(text, "lora32") if "not judged" in line]
-    assert len(thirty_two) == 2  # Pass@1 and Pass@64, 3 of 5 seeds
-    # the mechanism check: full gains 0.038 over the base's 0.17; rank 32 gains nothing
+    thirty_two = [line for line in _lines(text, "lora32") if "| Pass@" in line]
+    assert sum("not judged (3 of 5" in line for line in thirty_two) == 2  # Pass@1, Pass@64
+    # the mechanism check: full gains 0.038 over the base's 0.17; rank 32's 3 seeds, unjudged
     gains = [line for line in text.splitlines() if line.count("|") == 4]
     assert any(line.startswith("| full | 0.038 [") and "| held |" in line for line in gains)
-    assert any(line.startswith("| lora32 | 0.000 [") and "not resolved" in line for line in gains)
+    assert any(
+        line.startswith("| lora32 | 0.000 [") and "not judged (3 of 5" in line for line in gains
+    )
 
 
 def test_no_report_without_runs_and_no_arm_without_the_pilot(tmp_path, monkeypatch):

@@ -215,7 +215,9 @@ def report(kept: str) -> str:
               "| arm | gain | verdict |", "|---|---|---|"]  # fmt: skip
     for arm, runs_ in table.items():
         stats = analysis.bootstrap_interval([v.get("gain") for v in runs_.values()])
-        lines.append(f"| {arm} | {cell(stats)} | {analysis.verdict(stats, '>')} |")
+        judged = analysis.verdict(stats, ">") if len(runs_) == len(SEEDS) else (
+            f"not judged ({len(runs_)} of {len(SEEDS)} seeds)")  # fmt: skip
+        lines.append(f"| {arm} | {cell(stats)} | {judged} |")
     lines += ["", "## Against full fine-tuning, paired by seed", "",
               f"Held: the interval of (arm - full) lies within +-{MARGIN}; against: wholly "
               "outside; not resolved: otherwise. The primary comparison is rank 1's (both "
