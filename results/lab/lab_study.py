@@ -125,9 +125,11 @@ def _evaluated(path: str) -> bool:
         return False
 
 
-def run_study(runs: str, kept: str, arms: list[str], seeds: list[int]) -> None:
+def run_study(runs: str, kept: str, arms: list[str], seeds: list[int], config=None) -> None:
     """Every arm's seed, seed by seed, in `runs/<arm>-s<seed>`, each kept in `kept` once
-    evaluated; a run already kept is done."""
+    evaluated; a run already kept is done. `config(arm, seed)`: the run's config (default
+    `arm_config`: this study's arms)."""
+    config = config or arm_config
     program = commit()  # now: this process runs the code it imported, whatever HEAD becomes
     for seed in seeds:
         for arm in arms:
@@ -135,7 +137,7 @@ def run_study(runs: str, kept: str, arms: list[str], seeds: list[int]) -> None:
             if _evaluated(saved):
                 continue
             print(f"== {path}", flush=True)
-            train_and_evaluate(arm_config(arm, seed), path)
+            train_and_evaluate(config(arm, seed), path)
             keep(path, saved, program)
 
 

@@ -131,20 +131,6 @@ def pilot(runs: str) -> tuple[str, dict]:
     return "\n".join(lines) + "\n", chosen
 
 
-def run_study(runs: str, kept: str, seeds: list[int]) -> None:
-    """Every arm's seed, seed by seed, each kept once evaluated (`lab_study.run_study`'s
-    order and resumption)."""
-    program = lab_study.commit()
-    for seed in seeds:
-        for arm in ARMS:
-            path, saved = (os.path.join(d, f"{arm}-s{seed}") for d in (runs, kept))
-            if lab_study._evaluated(saved):
-                continue
-            print(f"== {path}", flush=True)
-            lab_study.train_and_evaluate(arm_config(arm, seed), path)
-            lab_study.keep(path, saved, program)
-
-
 # (value, what it is): the held-out numbers the report compares, paired by seed
 FINAL = (("pass@1", "Pass@1"), ("pass@8", "Pass@8"), ("pass@64", "Pass@64"))
 
@@ -263,7 +249,7 @@ def main(argv=None) -> None:
         print(text)
         return
     if not args.report:
-        run_study(args.runs, args.kept, args.seeds)
+        lab_study.run_study(args.runs, args.kept, list(ARMS), args.seeds, arm_config)
     text = report(args.kept)
     with open(os.path.join(args.out, "lora_study.md"), "w") as f:
         f.write(text)
