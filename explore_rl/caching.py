@@ -80,6 +80,17 @@ def build_once(final: str, build: Callable[[str], None]) -> str:
     return final
 
 
+def build_alone(final: str, build: Callable[[str], None]) -> str:
+    """`build_once` of `final`, one process at a time (its lock beside it, `locked`): a
+    build too costly to race (an SFT run, a checkpoint's export) is made once while the
+    others wait for it, then read."""
+    if os.path.isdir(final):
+        return final
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    with locked(final + ".lock"):
+        return build_once(final, build)  # built while this one waited: returned as it is
+
+
 @contextlib.contextmanager
 def locked(path: str):
     """While held, no other process holds `path`'s lock: processes that would build the

@@ -53,6 +53,28 @@ def test_a_concurrent_builder_that_loses_the_rename_keeps_the_winner(tmp_path):
     assert os.listdir(tmp_path) == ["thing"]
 
 
+def test_builders_that_would_race_wait_for_one_build(tmp_path):
+    """`build_alone`: a second builder waits on the lock and reads the first one's folder
+    instead of building its own (an SFT run is not repeated by a sweep's concurrent runs)."""
+    import threading
+
+    final, calls, started = str(tmp_path / "cache" / "thing"), [], threading.Event()
+
+    def build(out):
+        calls.append(out)
+        started.set()
+        threading.Event().wait(0.3)  # the other builder arrives while this one builds
+        with open(os.path.join(out, "x.txt"), "w") as f:
+            f.write(str(len(calls)))
+
+    first = threading.Thread(target=caching.build_alone, args=(final, build))
+    first.start()
+    started.wait()
+    assert caching.build_alone(final, build) == final
+    first.join()
+    assert len(calls) == 1 and open(os.path.join(final, "x.txt")).read() == "1"
+
+
 def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("EXPLORE_RL_CACHE_DIR", str(tmp_path / "c"))
     assert caching.cache_dir("gguf", "x") == str(tmp_path / "c" / "gguf" / "x")

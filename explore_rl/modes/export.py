@@ -177,21 +177,17 @@ def exported(c, run: str) -> str:
     files = checkpoint_lib.fingerprint(folder, step)
     text = json.dumps([_FORMAT, model, seed, step, files], sort_keys=True)
     final = caching.cache_dir("runs", hashlib.sha256(text.encode()).hexdigest()[:20])
-    if os.path.isdir(final):
-        return final
-    os.makedirs(os.path.dirname(final), exist_ok=True)
-    with caching.locked(final + ".lock"):
-        if os.path.isdir(final):  # another process exported it while this one waited
-            return final
+
+    def export(tmp: str) -> None:
         x = copy.deepcopy(c)  # this machine's mesh; the run's model, seed and step
         x.model.update({k: v for k, v in model.items() if k in x.model})
         x.model.base, x.seed = "", seed
         x.eval.checkpoint, x.export.step = os.path.join(folder, str(step)), 0
         x.export.format, x.export.dtype = "hf", x.model.param_dtype
-        spec = config_lib.resolve(x)
-        caching.build_once(final, lambda tmp: write(spec, tmp))
+        write(config_lib.resolve(x), tmp)
         print(f"model.path={given}: step {step} of {run} exported once, to {final}")
-        return final
+
+    return caching.build_alone(final, export)
 
 
 def _run_model(given: str, run: str) -> tuple[dict, int]:

@@ -75,26 +75,19 @@ def build(sft_config) -> str:
     """The base model folder of `sft_config`: from the cache, or trained and written there."""
     name = key(sft_config)
     final = caching.cache_dir("base", name)
-    if os.path.isdir(final):
-        return final
-    os.makedirs(os.path.dirname(final), exist_ok=True)
-    with caching.locked(final + ".lock"):
-        if os.path.isdir(final):  # another process built it while this one waited
-            return final
+
+    def train(folder: str) -> None:
         logging.warning("base model %s: training it once (%s)", name, final + ".run")
         spec = config_lib.spec(sft_config, "sft")
         progress = sft.train_sft(spec, final + ".run")
-        model = spec.model
+        cfg, _ = spec.model.config()
+        params = lora.merged(progress.state.params, cfg)  # a LoRA run's, folded in
+        weights.save_hf(folder, params, cfg, "float32", 2**31)
+        weights.copy_tokenizer(spec.model.path, folder)
+        with open(os.path.join(folder, config_lib.RECIPE_FILE), "w") as f:
+            json.dump(config_lib.resolved(sft_config).to_dict(), f, indent=2)
 
-        def write(folder: str) -> None:
-            cfg, _ = model.config()
-            params = lora.merged(progress.state.params, cfg)  # a LoRA run's, folded in
-            weights.save_hf(folder, params, cfg, "float32", 2**31)
-            weights.copy_tokenizer(model.path, folder)
-            with open(os.path.join(folder, config_lib.RECIPE_FILE), "w") as f:
-                json.dump(config_lib.resolved(sft_config).to_dict(), f, indent=2)
-
-        return caching.build_once(final, write)
+    return caching.build_alone(final, train)
 
 
 def resolve(c):
