@@ -51,6 +51,7 @@ from matplotlib.figure import Figure  # no pyplot: no backend, no window; notebo
 
 from explore_rl.evaluation.metrics import SWEEP
 from explore_rl.logs import flatten, read_metrics
+from explore_rl.spec import SCHEDULING
 
 CURVES = ("reward/mean", "groups/zero_adv_frac", "rollout/entropy", "rollout/response_len")
 # (metric, steps) of the summary, besides the last evaluation's held-out metrics: the mean
@@ -71,12 +72,16 @@ PANELS = {
 }
 # fields that do not make two training configurations differ: the seed, evaluation
 # settings, logging and checkpoint cadence, worker counts, the mesh, the memory estimate
-# and the settings that trade memory for time
+# and how rollouts and updates are scheduled (`spec.SCHEDULING`)
 IGNORED = re.compile(
     r"^(seed|eval\.|train\.(log_every|checkpoint_every|keep_checkpoints|prune_checkpoints"
-    r"|samples_to_log|check_memory)|reward\.(workers|timeout)|mesh\.|memory\.|rollout\.(slots|decode_chunk|decode_window)"
-    r"|model\.(attention|attention_block|remat|scan_layers|logits_chunk)|optim\.micro_batch)"
+    r"|samples_to_log|check_memory)|reward\.(workers|timeout)|mesh\.|memory\.)"
 )
+
+
+def ignored(key: str) -> bool:
+    """Whether the flattened setting `key` leaves a run's configuration what it is."""
+    return bool(IGNORED.match(key)) or key in SCHEDULING
 
 
 @dataclasses.dataclass
@@ -139,7 +144,7 @@ def load(paths: list[str]) -> list[Run]:
     for r in runs:
         by_methods.setdefault(r.methods, []).append(r)
     for methods, same in by_methods.items():  # fields that differ among one method's runs
-        keys = sorted(k for k in {k for r in same for k in r.config} if not IGNORED.match(k))
+        keys = sorted(k for k in {k for r in same for k in r.config} if not ignored(k))
         # a field only some configs have was added to the code after the others ran: it
         # separates runs only where the runs that have it disagree
         differ = [k for k in keys if len({repr(r.config[k]) for r in same if k in r.config}) > 1]

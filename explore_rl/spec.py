@@ -41,6 +41,15 @@ RUN_SETTINGS = (
     "param_dtype", "dtype", "attention", "attention_block", "remat", "scan_layers", "logits_chunk",
 )  # fmt: skip
 
+# How rollouts and updates are scheduled, not what they are: a resume may change it (less
+# memory, say; results move by float rounding at most): the decode slots, the update's
+# micro-batches, and how the model runs but for its dtypes.
+SCHEDULING = (
+    "rollout.slots", "rollout.decode_chunk", "rollout.decode_window", "optim.micro_batches",
+    "optim.micro_batch_tokens",
+    *(f"model.{k}" for k in RUN_SETTINGS if not k.endswith("dtype")),
+)  # fmt: skip
+
 
 @frozen
 class ModelSpec:

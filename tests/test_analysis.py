@@ -66,6 +66,29 @@ def test_labels_come_from_the_configs_and_seeds_are_grouped(runs):
     assert analysis.load(runs)[1].label == "grpo rollout.temperature=1.0"
 
 
+def test_how_a_run_was_scheduled_does_not_split_its_configuration(runs):
+    """Two seeds of one configuration, one run with fewer decode slots, a narrower decode
+    window, micro-batches and remat (a resume that needed less memory), stay one group;
+    a setting that changes what trains (the group size) splits them."""
+
+    def change(path, **sections):
+        config = json.loads(open(os.path.join(path, "config.json")).read())
+        for section, values in sections.items():
+            config.setdefault(section, {}).update(values)
+        open(os.path.join(path, "config.json"), "w").write(json.dumps(config))
+
+    change(runs[1], rollout={"slots": 8, "decode_window": 64}, model={"remat": "full"},
+           optim={"micro_batches": 4})  # fmt: skip
+    assert analysis.load(runs)[0].label == analysis.load(runs)[1].label
+    change(runs[0], rollout={"group_size": 8})
+    change(runs[1], rollout={"group_size": 4})
+    a, b = analysis.load(runs)[:2]
+    assert (a.label, b.label) == (
+        "grpo rollout.group_size=8 rollout.temperature=1.0",
+        "grpo rollout.group_size=4 rollout.temperature=1.0",
+    )
+
+
 def test_summary_means_and_spreads_by_hand(runs):
     table = analysis.summary(analysis.load(runs), window=2)
     row = table.loc["grpo rollout.temperature=1.0"]

@@ -297,6 +297,7 @@ def test_study_1s_arms_are_the_runs_it_kept(monkeypatch):
     a resume compares), and names the study's rule for each setting added since, so a rerun
     of study 1 runs what it ran."""
     from explore_rl.logs import flatten
+    from explore_rl.spec import SCHEDULING
     from explore_rl.train import base_model, build
 
     # the base model's folder without training it (the kept runs name their machine's)
@@ -316,7 +317,7 @@ def test_study_1s_arms_are_the_runs_it_kept(monkeypatch):
             k
             for k in before.keys() & now.keys()
             if k.startswith(build._SAME_RUN)
-            and k not in build.SCHEDULING
+            and k not in SCHEDULING
             and k not in ("model.path", "model.random_init")
         ]
         assert len(compared) > 50

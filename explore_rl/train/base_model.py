@@ -26,8 +26,8 @@ import os
 from explore_rl import caching
 from explore_rl import config as config_lib
 from explore_rl.models import lora, weights
+from explore_rl.spec import SCHEDULING
 from explore_rl.train import sft
-from explore_rl.train.build import SCHEDULING
 
 _FORMAT = "v1"  # bump when what a recipe builds changes
 
@@ -48,7 +48,7 @@ UNTRAINED = ("eval", "logging", "export", "sample", "exploration")
 
 def key(sft_config) -> str:
     """The recipe's name in the cache: a digest of its resolved config but the
-    UNTRAINED sections and the scheduling settings (`build.SCHEDULING`), with its model
+    UNTRAINED sections and the scheduling settings (`spec.SCHEDULING`), with its model
     folder named by its files' contents rather than where it lies (the lab's is inside the
     checkout: every clone of one tree shares one build), and the format."""
     recipe_ = config_lib.resolved(sft_config).to_dict()

@@ -40,7 +40,7 @@ from explore_rl.rl import advantages, footprint, losses
 from explore_rl.rl import rollout as rollout_lib
 from explore_rl.rl.train_step import TrainState, init_state, make_optimizer
 from explore_rl.sampling import engine as engine_lib
-from explore_rl.spec import RUN_SETTINGS, RunSpec
+from explore_rl.spec import SCHEDULING, RunSpec
 from explore_rl.train import sizing
 
 
@@ -410,14 +410,6 @@ def check_kept(spec: RunSpec, ckpt: Checkpointer) -> None:
 _SAME_RUN = ("seed", "model.", "task.", "rollout.", "rl.", "optim.", "exploration.",
              "reward.name", "reward.fn", "reward.weights", "reward.extractors",
              "reward.format_weight")  # fmt: skip
-# How rollouts and updates are scheduled, not what they are: a resume may change it (less
-# memory, say; results move by float rounding at most): the decode slots, the update's
-# micro-batches, and how the model runs but for its dtypes.
-SCHEDULING = (
-    "rollout.slots", "rollout.decode_chunk", "rollout.decode_window", "optim.micro_batches",
-    "optim.micro_batch_tokens",
-    *(f"model.{k}" for k in RUN_SETTINGS if not k.endswith("dtype")),
-)  # fmt: skip
 
 
 def check_same_run(spec: RunSpec, workdir: str, resuming: bool = True) -> None:
