@@ -179,6 +179,23 @@ def test_an_sft_run_directory_as_model_path_starts_from_its_newest_weights(tmp_p
     assert len(exports) == 2 and config_lib.spec(older).model.origin == f"{tmp_path}/sft step 1"
 
 
+def test_a_damaged_newest_step_is_passed_over_and_a_damaged_step_named_refused(
+    tmp_path, exports, capsys
+):
+    c = lab_config(steps=2)
+    c.train.checkpoint_every = 1
+    sft.train_sft(config_lib.spec(c, "sft"), str(tmp_path / "sft"))
+    step2 = tmp_path / "sft" / "checkpoints" / "2"
+    damaged = max((p for p in step2.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    damaged.write_bytes(damaged.read_bytes()[:-1])  # cut short, as a full disk leaves it
+    start = export.resolve(rl_from(str(tmp_path / "sft")))
+    assert config_lib.spec(start).model.origin == f"{tmp_path}/sft step 1"
+    assert "checkpoint 2 is damaged" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=rf"^model.path={step2}: checkpoint 2 is damaged \("):
+        export.resolve(rl_from(str(step2)))
+    assert len(exports) == 1 and step2.exists()  # the run's own folder is left as it was
+
+
 def test_a_lora_sft_run_starts_from_its_adapters_merged_into_its_base(tmp_path, exports):
     c = lab_config(steps=2)
     c.model.lora.rank = 4

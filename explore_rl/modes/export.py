@@ -159,8 +159,11 @@ def exported(c, run: str) -> str:
     the one named: `.../checkpoints/40`, `.../checkpoints/best`), written once per machine
     into the user's cache (`caching.cache_dir("runs", <digest>)`, the digest of the step's
     files and the run's model section) under a lock, so concurrent runs wait for one
-    export. The run's config.json says its model (`_run_model`); its weights are written
-    in its `model.param_dtype`, as trained (a LoRA run's adapters merged into its base)."""
+    export. A newest step whose files no longer match its digest is passed over for the
+    newest intact one, with one line (as evaluation's `checkpoint.locate`); a damaged step
+    named is refused. The run's config.json says its model (`_run_model`); its weights are
+    written in its `model.param_dtype`, as trained (a LoRA run's adapters merged into its
+    base)."""
     given = c.model.path
     holder = checkpoint_lib.writer(run)
     if holder:
@@ -174,9 +177,13 @@ def exported(c, run: str) -> str:
         raise ValueError(f"model.path={e}") from None
     step = step or checkpoint_lib.steps(folder)[-1]
     model, seed = _run_model(given, run)
-    files = checkpoint_lib.fingerprint(folder, step)
-    text = json.dumps([_FORMAT, model, seed, step, files], sort_keys=True)
-    final = caching.cache_dir("runs", hashlib.sha256(text.encode()).hexdigest()[:20])
+    final = _cached(model, seed, folder, step)
+    if not os.path.isdir(final):  # exporting reads every file anyway: check them first
+        try:  # a damaged newest step is passed over (one line), a damaged named one refused
+            folder, step = checkpoint_lib.locate(given)
+        except ValueError as e:
+            raise ValueError(f"model.path={e}") from None
+        final = _cached(model, seed, folder, step)
 
     def export(tmp: str) -> None:
         x = copy.deepcopy(c)  # this machine's mesh; the run's model, seed and step
@@ -188,6 +195,13 @@ def exported(c, run: str) -> str:
         print(f"model.path={given}: step {step} of {run} exported once, to {final}")
 
     return caching.build_alone(final, export)
+
+
+def _cached(model: dict, seed: int, folder: str, step: int) -> str:
+    """The cache folder of step `step`'s export: named by the files its digest lists."""
+    files = checkpoint_lib.fingerprint(folder, step)
+    text = json.dumps([_FORMAT, model, seed, step, files], sort_keys=True)
+    return caching.cache_dir("runs", hashlib.sha256(text.encode()).hexdigest()[:20])
 
 
 def _run_model(given: str, run: str) -> tuple[dict, int]:
