@@ -53,10 +53,20 @@ def test_bench_lora_times_each_rank_beside_full_fine_tuning(capsys):
     settings = out["settings"]
     assert list(settings) == ["full", "rank 1", "rank 4"]
     assert settings["full"]["step_over_full"] == 1.0
+    # what trains, by hand from tiny-llama's shape (d 32, 2 layers, 4 heads and 2 KV heads
+    # of 8, d_ff 64, 49152 tied embeddings): the whole model, or the adapters alone, r x
+    # (in + out) of q 32+32, k and v 32+16, o 32+32, gate and up 32+64, down 64+32 a layer
+    layer = 4 * 8 * 32 * 2 + 2 * 8 * 32 * 2 + 3 * 32 * 64 + 2 * 32
+    full = 49152 * 32 + 2 * layer + 32
+    per_rank = 2 * (64 + 48 + 48 + 64 + 96 + 96 + 96)
+    trains = {"full": full, "rank 1": per_rank, "rank 4": 4 * per_rank}
     for name, s in settings.items():
         assert s["tokens"] > 0 and s["step_s"] > 0, name
         parts = s["rollout_s"] + s["pi_old_s"] + s["update_s"]
         assert abs(parts - s["step_s"]) <= 0.002, name  # the step is its phases, rounded
+        assert s["trainable_params"] == trains[name], name
+        # Adam's two moments of what trains, and nothing of the frozen base
+        assert 2 * trains[name] <= s["optimizer_state"] <= 2 * trains[name] + 8, name
     with pytest.raises(SystemExit):
         bench.main(["lora", "--ranks", "0"])
     assert "ranks >= 1" in capsys.readouterr().err

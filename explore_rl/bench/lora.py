@@ -2,7 +2,8 @@
 layer) against full fine-tuning's, their steps interleaved in one process (full, rank 1,
 rank 8, ..., then again), so a shared machine's load falls on each alike. Per setting, the
 median over `--steps` steps (after one that compiles) of the rollout's, pi_old's and the
-update's seconds and the rollout's tokens, and the step's ratio to full fine-tuning's.
+update's seconds and the rollout's tokens, the step's ratio to full fine-tuning's, and what
+trains: the trainable parameters and the optimizer's state (its arrays' elements).
 Every run starts from the same weights and seed, so the settings sample alike until their
 updates part them. Peak memory is a process's own: `bench memory --set model.lora.rank=R`.
 """
@@ -34,6 +35,7 @@ def check(args) -> str | None:
 def run(args) -> dict:
     from explore_rl import config as config_lib
     from explore_rl.exploration import base as exploration
+    from explore_rl.models import lora
     from explore_rl.train import build, steps
 
     ranks = [0, *args.ranks]
@@ -46,12 +48,16 @@ def run(args) -> dict:
     with contextlib.ExitStack() as stack:
         mesh = specs[0].mesh.make()
         stack.enter_context(parallel.use(mesh))
-        state = {}
+        state, sizes = {}, {}
         for rank, spec in specs.items():
             workdir = stack.enter_context(tempfile.TemporaryDirectory())
             verifier = stack.enter_context(spec.reward.verifier())
             run_, progress, _ = build.start(spec, exploration.build(spec), workdir, verifier, mesh)
             state[rank] = [run_, progress]
+            sizes[rank] = {
+                "trainable_params": _elements(lora.split(progress.state.params)[0]),
+                "optimizer_state": _elements(progress.state.opt_state),
+            }
         for step in range(args.steps + 1):  # step 0 compiles each setting's programs
             for rank in ranks:
                 run_, progress = state[rank]
@@ -73,7 +79,15 @@ def run(args) -> dict:
                 **{k.removeprefix("time/"): round(medians[r][k], 3) for k in PHASES},
                 "tokens": medians[r]["tokens"],
                 "step_over_full": round(step_s[r] / step_s[0], 3),
+                **sizes[r],
             }
             for r in ranks
         },
     }
+
+
+def _elements(tree) -> int:
+    """The elements of a pytree's arrays (an optimizer's scalar step counts included)."""
+    import jax
+
+    return sum(int(x.size) for x in jax.tree.leaves(tree))
