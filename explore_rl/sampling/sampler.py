@@ -485,18 +485,19 @@ def window_merge(
 def decode(
     params, cfg, state: _State, temperature, uniforms, config, interventions, window: int = 0
 ) -> Samples:
-    """Every row from its first token until all have stopped or the table ends.
+    """Every row from its first token until all have stopped or the table ends. Takes
+    (donates) `state`: its cache is updated in place.
 
-    Host-side segments, as the slot engine's chunks: segment j runs the steps that write
-    response slots below W_j = `window_for(window, W_{j-1} + 1, T)` (W = window, 2 window,
-    4 window, ..., T) and attends only those, so a step reads the slots filled so far
-    rounded up to a power-of-two multiple of `window`, not all T (window 0: one segment,
-    all T). One compiled segment a window: at most ceil(log2(T / window)) + 1 programs a
-    call shape, each compiled when a call first reaches it; the host stops once every row
-    has stopped (one read of `done` between segments). The bits are window 0's on CPU for
-    the reason the engine's are (`engine` docstring): a masked slot adds an exact zero.
-    A single in-graph loop cannot do this: a traced trip count over tiles or a switch over
-    static prefixes were slower on CPU (docs/benchmarks_log.md)."""
+    In host-side segments, as the slot engine's chunks: the segment of window W runs the
+    steps that write response slots below W and attends only those, W = `window_for`:
+    window, 2 window, 4 window, ... up to T (window 0: one segment of all T, the single
+    loop this used to be). A step then reads under twice the slots filled, not all T. One
+    compiled segment a window, the window 0 program being the last: at most
+    ceil(log2(T / window)) + 1 programs a call shape, each compiled when a call first
+    reaches it; the host reads `done` between segments and stops once every row has
+    stopped. On CPU the bits are window 0's for the engine's reason (its docstring): a
+    masked slot adds an exact zero. Host-side because the in-graph ways (a traced trip
+    count over tiles, a switch over static prefixes) were slower (docs/benchmarks_log.md)."""
     n_new, w = temperature.shape[1], 0
     while True:
         w = window_for(window, w + 1, n_new)
@@ -506,7 +507,7 @@ def decode(
             return state.out
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "config", "window"))
+@functools.partial(jax.jit, static_argnames=("cfg", "config", "window"), donate_argnames=("state",))
 def decode_segment(
     params, cfg, state: _State, temperature, uniforms, config, interventions, window: int
 ) -> _State:
