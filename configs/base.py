@@ -146,7 +146,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.rollout.max_generation_batches = 4  # DAPO: most generation batches per step
     # The rollout engine (results never depend on these, speed and memory do): decode
     # slots, refilled with waiting rows as rows finish; 0 = every row of a batch at once
-    # (one prefill, one loop: fastest when all fits). Fewer slots than rows pay off when
+    # (one prefill, one decode: fastest when all fits). Fewer slots than rows pay off when
     # response lengths are long-tailed, and bound the KV cache to slots x length.
     # "auto": the most slots, up to every row, that the memory estimate fits on a device
     c.rollout.slots = config_dict.FieldReference(0, field_type=object)  # a number or "auto"

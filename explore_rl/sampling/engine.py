@@ -25,7 +25,7 @@ entropies agree to float rounding and the tokens agree unless that rounding stra
 draw's boundary (BENCHMARKS.md measures it).
 
 Memory: the prompt keys P x L for the call, plus S x (L + E + T) slot keys, against
-P x L + B x (E + T) for one pass. S = 0 (or >= B) is that one pass: one prefill, one loop,
+P x L + B x (E + T) for one pass. S = 0 (or >= B) is that one pass: one prefill, one decode,
 each group reading its prompt's keys once per step: the fastest when everything fits.
 
 Speed: a step's attention reads the slots' response keys up to a window W, not all T:
