@@ -146,13 +146,14 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.rollout.max_generation_batches = 4  # DAPO: most generation batches per step
     # The rollout engine (results never depend on these, speed and memory do): decode
     # slots, refilled with waiting rows as rows finish; 0 = every row of a batch at once
-    # (one prefill, one loop: fastest when all fits). Fewer slots than rows pay off when
+    # (one prefill, one decode: fastest when all fits). Fewer slots than rows pay off when
     # response lengths are long-tailed, and bound the KV cache to slots x length.
     # "auto": the most slots, up to every row, that the memory estimate fits on a device
     c.rollout.slots = config_dict.FieldReference(0, field_type=object)  # a number or "auto"
     c.rollout.decode_chunk = 16  # decode steps between refills of finished slots
-    # a chunk attends the first W response slots, W the least decode_window x 2^j covering
-    # its slots' positions (one compile a window; the same bits); 0: all max_new_tokens
+    # a decode step (a chunk of slots, a segment of the one pass) attends the first W
+    # response slots, W the least decode_window x 2^j covering its rows' positions (one
+    # compile a window; the same bits); 0: all max_new_tokens
     c.rollout.decode_window = 256
 
     c.rl = ConfigDict()

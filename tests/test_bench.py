@@ -30,15 +30,15 @@ def test_bench_engine_reports_what_each_slot_count_did():
     command, a process per count)."""
     common = ["engine", "--random-init", "tiny-llama", "--prompts", "2", "--group", "4",
               "--new-tokens", "8", "--chunk", "2", "--windows", "0,2", "--only"]  # fmt: skip
-    (one,), (whole, slotted) = (bench.main([*common, s])["runs"] for s in ("0", "3"))
-    assert (one["slots"], slotted["slots"]) == (0, 3)
-    # the one pass has no windows; the slots' chunks attend all 8 slots, then 2, 4, 8
-    assert (one["window"], whole["window"], slotted["window"]) == (None, 0, 2)
+    (one, segments), (whole, slotted) = (bench.main([*common, s])["runs"] for s in ("0", "3"))
+    assert (one["slots"], segments["slots"], slotted["slots"]) == (0, 0, 3)
+    # the one pass's segments and the slots' chunks attend all 8 slots, then 2, 4, 8
+    assert [r["window"] for r in (one, segments, whole, slotted)] == [0, 2, 0, 2]
     # the same rows whatever the slots and the window
-    assert one["rows"] == slotted["rows"] == whole["rows"]
+    assert one["rows"] == segments["rows"] == slotted["rows"] == whole["rows"]
     assert one["useful_tokens"] == slotted["useful_tokens"] > 0
     assert one["refills"] == 0 and slotted["refills"] == 8 - 3
-    for r in (one, whole, slotted):
+    for r in (one, segments, whole, slotted):
         for key in (
             "useful_tokens_per_s", "occupancy", "prefill_s", "decode_s", "peak_rss_gib",
             "decode_tokens_per_s", "fraction_of_bandwidth_bound", "bandwidth_gbs",
@@ -74,16 +74,22 @@ def test_bench_lora_times_each_rank_beside_full_fine_tuning(capsys):
 
 def test_bench_sample_decodes_random_prompts_against_the_bandwidth_bound(capsys):
     """Q random prompts x B / Q rows of a preset's own shape (no tokenizer read): tokens/s
-    and the fraction of the bandwidth bound. Bad input: one line."""
+    and the fraction of the bandwidth bound, for each decode window (the same tokens).
+    Bad input: one line."""
     out = bench.main(["sample", "--model", "", "--random-init", "tiny-qwen2", "--prompt-len",
                       "8", "--new-tokens", "6", "--rows", "4", "--prompts", "2", "--no-peer",
-                      "--reps", "1"])  # fmt: skip
-    assert (out["rows"], out["prompt_len"], out["new_tokens"]) == (4, 8, 6)
+                      "--reps", "1", "--windows", "0,2"])  # fmt: skip
+    assert (out["rows"], out["prompt_len"], out["new_tokens"], out["window"]) == (4, 8, 6, 0)
     assert out["decode_tokens_per_s"] > 0 and out["fraction_of_bandwidth_bound"] > 0
+    assert [w["window"] for w in out["windows"]] == [0, 2]
+    for w in out["windows"]:
+        assert w["same_tokens"] and w["decode_tokens_per_s"] > 0
+        assert w["fraction_of_bandwidth_bound"] > 0
     for args, problem in (
         (["--prompt-len", "8", "--rows", "5", "--prompts", "2", "--no-peer"], "--rows 5"),
         (["--rows", "4", "--no-peer"], "add --prompt-len"),
         (["--model", "", "--no-peer"], '--model ""'),
+        (["--windows", "0,-4", "--no-peer"], "--windows '0,-4'"),
     ):
         with pytest.raises(SystemExit):
             bench.main(["sample", "--random-init", "tiny-qwen2", *args])

@@ -11,7 +11,7 @@ from explore_rl import config as config_lib
 from explore_rl.logs import read_metrics
 from explore_rl.models import presets, transformer
 from explore_rl.models.transformer import Interventions
-from explore_rl.sampling import engine
+from explore_rl.sampling import engine, sampler
 from explore_rl.sampling.engine import EngineConfig
 from explore_rl.sampling.sampler import SamplingConfig
 from explore_rl.train import loop
@@ -172,9 +172,20 @@ def test_per_row_settings_follow_their_row_through_refills(tiny):
 
 
 def test_window_follows_the_furthest_live_slot():
-    w = EngineConfig(window=4)
-    assert [w.window_for(r, T) for r in (1, 4, 5, 9, 17, 100)] == [4, 4, 8, 16, 24, 24]
-    assert EngineConfig(window=0).window_for(1, T) == T
+    assert [sampler.window_for(4, r, T) for r in (1, 4, 5, 9, 17, 100)] == [4, 4, 8, 16, 24, 24]
+    assert sampler.window_for(0, 1, T) == T
+
+
+def recorded_windows(monkeypatch) -> list[int]:
+    """The windows the decodes pick from here on, in order."""
+    windows, window_for = [], sampler.window_for
+
+    def recorded(base, reach, n_new):
+        windows.append(window_for(base, reach, n_new))
+        return windows[-1]
+
+    monkeypatch.setattr(sampler, "window_for", recorded)
+    return windows
 
 
 def test_attention_window_changes_no_bit(tiny, monkeypatch):
@@ -183,13 +194,7 @@ def test_attention_window_changes_no_bit(tiny, monkeypatch):
     slots add exact zeros to the softmax and its weighted sum, and the kept slots are
     summed in the same order. With every per-row setting, for two slot counts, each
     against another chunk size."""
-    windows, window_for = [], EngineConfig.window_for
-
-    def recorded(self, reach, n_new):
-        windows.append(window_for(self, reach, n_new))
-        return windows[-1]
-
-    monkeypatch.setattr(EngineConfig, "window_for", recorded)
+    windows = recorded_windows(monkeypatch)
     kw = per_row_settings(tiny)
     for slots in (5, B // 4):
         ref, _ = run(tiny, slots, chunk=1, window=0, **kw)
@@ -199,6 +204,37 @@ def test_attention_window_changes_no_bit(tiny, monkeypatch):
         assert {4, 8, 16, T} <= set(windows), windows
         windows.clear()
         assert_same_rows(out, ref, exact=True)
+
+
+@pytest.mark.parametrize("settings", ["greedy", "sampled", "short", "per_row"])
+def test_one_pass_window_changes_no_bit(tiny, monkeypatch, settings):
+    """The one pass (slots 0) in segments attending the first 4, 8, 16, 24 response slots
+    gives every row window 0's bits: greedy, sampled with a fixed key, and with every
+    per-row setting (EDEN's appended slots, ASE's steering and readout, top-p, response
+    prefixes); rows stop mid-way, prompts are left-padded. The host runs the segments up
+    to the one in which the last row stops (`short`: every row within 16 tokens, so the
+    last segment never runs); one program a window, all T being window 0's."""
+    windows = recorded_windows(monkeypatch)
+    kw = {
+        "greedy": dict(temperature=jnp.zeros((B, T))),
+        "sampled": {},
+        "short": dict(config=SamplingConfig(T, stop_ids=tuple(range(1, 64, 4)))),
+        "per_row": per_row_settings(tiny),
+    }[settings]
+    ref, _ = run(tiny, 0, window=0, **kw)
+    assert windows == [T]
+    lengths = np.asarray(ref.lengths)
+    assert lengths.min() < T // 2 and (lengths.max() < 16) == (settings == "short"), lengths
+    windows.clear()
+    before = sampler.decode_segment._cache_size()
+    out, _ = run(tiny, 0, window=4, **kw)
+    # segment W runs the steps writing slots below W; the longest row's last is slot L - 2
+    ladder = [4, 8, 16, T]
+    last = next(i for i, w in enumerate(ladder) if w > lengths.max() - 2)
+    assert windows == ladder[: last + 1], (windows, lengths.max())
+    if settings == "per_row":  # the only test of these shapes and windows
+        assert sampler.decode_segment._cache_size() - before == len(set(windows) - {T})
+    assert_same_rows(out, ref, exact=True)
 
 
 def test_one_token_responses(tiny):

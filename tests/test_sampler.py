@@ -167,7 +167,7 @@ def test_changing_the_temperature_table_does_not_recompile(tiny):
     sc = SamplingConfig(T)
     run = lambda tau, seed: sample(params, cfg, prompts, pmask, jax.random.key(seed), tau, sc)  # noqa: E731
     run(schedules.constant(Q * G, T, 1.0), 0)  # compiles (or finds) this signature
-    compiled = (sampler.start, sampler.decode)  # the jitted halves behind `sample`
+    compiled = (sampler.start, sampler.decode_segment)  # the jitted parts behind `sample`
     before = [f._cache_size() for f in compiled]
     for step in range(3):
         run(schedules.table(batch=Q * G, per_position=schedules.ead(T, step, c=2)), step)

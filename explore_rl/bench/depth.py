@@ -49,7 +49,8 @@ def check(args) -> str | None:
 def _rollout_compiles(cfg, args) -> tuple[float, float]:
     """Seconds to lower and compile the rollout's two programs, `args.rows` rows after one
     prompt: the prefill with the first token (`sampler.start`: the prompt's layers
-    scanned when `scan_layers`) and the decode loop (`sampler.decode`: its step unrolled
+    scanned when `scan_layers`) and the decode loop (`sampler.decode_segment` over all
+    the response slots, as `rollout.decode_window=0` runs it: its step unrolled
     either way, each layer's attention a loop over the filled cache's tiles)."""
     from explore_rl.models import transformer
     from explore_rl.sampling import sampler
@@ -70,7 +71,8 @@ def _rollout_compiles(cfg, args) -> tuple[float, float]:
         prompt, mask, key, temps,
     )  # fmt: skip
     start = time.perf_counter()
-    sampler.decode.lower(params, cfg, state, temps, uniforms, config, None).compile()
+    segment = (params, cfg, state, temps, uniforms, config, None, args.length)
+    sampler.decode_segment.lower(*segment).compile()
     return prefill_s, time.perf_counter() - start
 
 

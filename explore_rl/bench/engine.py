@@ -8,9 +8,10 @@ memory-bandwidth bound (`common.decode_bound_s`: the weights once a step plus th
 slots holding tokens, at the bandwidth of a large copy measured in the same process),
 refills, the KV cache's bytes, the process's peak RSS, and the share of rows whose tokens
 equal the first run's; the second of two identical calls is timed (the first compiles).
-`--windows 0,256` times each slot count's decode chunks attending all response slots and
-attending a window from 256 up (`EngineConfig.window`) in one process, the calls
-alternating (`--reps` each, the fastest kept), so the two see the same load.
+`--windows 0,256` times each slot count's decode (the slots' chunks, the one pass's
+segments) attending all response slots and attending a window from 256 up
+(`EngineConfig.window`) in one process, the calls alternating (`--reps` each, the fastest
+kept), so the two see the same load.
 """
 
 from __future__ import annotations
@@ -84,11 +85,10 @@ def run_one(args) -> list[dict]:
     b = args.prompts * args.group
     tau = jnp.ones((b, args.new_tokens))
     sc = sampler.SamplingConfig(args.new_tokens, stop_ids=tok.stop_ids)
-    slotted = 0 < args.only < b  # slots copy their row's prompt; the one pass shares it
-    windows = [int(w) for w in args.windows.split(",")] if slotted else [None]
+    windows = [int(w) for w in args.windows.split(",")]
 
     def call(window):
-        ec = engine.EngineConfig(args.only, args.chunk, 0 if window is None else window)
+        ec = engine.EngineConfig(args.only, args.chunk, window)
         return engine.generate(params, cfg, tokens, mask, jax.random.key(0), tau, sc, ec)
 
     for w in windows:
@@ -106,7 +106,7 @@ def run_one(args) -> list[dict]:
 
 
 def _record(args, cfg, tokens, mask, bandwidth, window, seconds, out, stats) -> dict:
-    slotted = window is not None
+    slotted = stats.slots < stats.rows  # slots copy their row's prompt; the one pass shares it
     token_slots = tokens.size + stats.slots * (args.new_tokens + tokens.shape[1] * slotted)
     lengths = out.lengths
     bound = decode_bound_s(cfg, stats.steps, filled_reads(lengths, mask, args.group), bandwidth)

@@ -11,14 +11,23 @@ same run).
 each continued by B / Q rows for N forced tokens, the decode's context growing to P + N
 (e.g. a long decode: `--random-init lab-1m --prompt-len 64 --new-tokens 4096 --rows 16
 --no-peer`); with `--model ""` the preset keeps its own vocabulary (no tokenizer read).
+
+`--windows 0,256`: the decode attending every response slot and attending a window from
+256 up (`rollout.decode_window`, `sampler.decode`'s segments), from the same first
+tokens, the calls alternating in one process (`--reps` each, the median kept) so the two
+see the same load; the whole call and the top-level decode numbers are the first
+window's, `windows` has each window's decode and whether its tokens equal the first's.
 """
 
 from __future__ import annotations
 
 import os
+import statistics
+import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from explore_rl.bench.common import (
     PEER_GROUP,
@@ -48,6 +57,11 @@ def add_arguments(p) -> None:
     p.add_argument("--rows", type=int, default=PEER_PROMPTS * PEER_GROUP)
     p.add_argument("--prompts", type=int, default=1, help="random prompts the rows continue")
     p.add_argument("--dtype", default="", choices=("", "float32", "bfloat16"))
+    p.add_argument(
+        "--windows",
+        default="256",
+        help="decode attention windows W0, comma-separated (0: every slot)",
+    )
     p.add_argument("--lora-rank", type=int, default=0,
                    help="LoRA adapters of this rank on every linear layer, applied unmerged; "
                    "also times the merge once and sampling the merged weights")  # fmt: skip
@@ -65,6 +79,8 @@ def check(args) -> str | None:
         return f"--rows {args.rows}: not a whole number of groups of --prompts {args.prompts}"
     if not args.model and not (args.random_init and args.prompt_len):
         return '--model "": random weights of a preset (--random-init) on random prompts only'
+    if not all(w.isdigit() for w in args.windows.split(",")):
+        return f"--windows {args.windows!r}: comma-separated counts >= 0 (0: every slot)"
     return None
 
 
@@ -98,14 +114,27 @@ def run(args) -> dict:
     tau = jnp.ones((b, new))
     sc = sampler.SamplingConfig(new)  # no stop ids: every token forced, as the peers
     keys = iter(jax.random.split(jax.random.key(0), 100))
-    run = lambda: sampler.sample(params, cfg, tokens, mask, next(keys), tau, sc).tokens  # noqa: E731
+    windows = [int(w) for w in args.windows.split(",")]
+
+    def call(params=params):
+        return sampler.sample(
+            params, cfg, tokens, mask, next(keys), tau, sc, window=windows[0]
+        ).tokens
+
     pre = jax.jit(lambda p, t, m: sampler.prefill(p, cfg, t, m, None, b, new)[1])
     each = jnp.repeat(tokens, group, axis=0), jnp.repeat(mask, group, axis=0)
     peak, bandwidth = matmul_peak(cfg.dtype), memory_bandwidth()
-    total = timed(run, reps=args.reps)
+    total = timed(call, reps=args.reps)
     state, u = sampler.start(params, cfg, tokens, mask, next(keys), tau, sc, None, None)
-    decode = lambda: sampler.decode(params, cfg, state, tau, u, sc, None).tokens  # noqa: E731
-    decode_s = timed(decode, reps=args.reps)  # the loop alone: from the first token on
+    # the loop alone: from the first token on (each call takes its own copy of the state:
+    # a decode donates it; the copy, a few ms, is timed with it)
+
+    def decode(window):
+        fresh = jax.tree.map(jnp.copy, state)
+        return sampler.decode(params, cfg, fresh, tau, u, sc, None, window)
+
+    decodes = _decodes(windows, args.reps, decode)
+    decode_s = decodes[0]["decode_s"]
     prefill_s = timed(pre, params, tokens, mask, reps=args.reps)
     # one prefill per row, against the group's shared one (the peer workload's question)
     unshared_s = None if args.prompt_len else timed(pre, params, *each, reps=args.reps)
@@ -133,18 +162,51 @@ def run(args) -> dict:
         ),
         "matmul_peak_gflops": round(peak / 1e9, 1),
         "bandwidth_gbs": round(bandwidth / 1e9, 1),
+        "window": windows[0],
     }
+    if len(windows) > 1:
+        bound_s = decode_bound_s(cfg, new - 1, reads, bandwidth)
+        result["windows"] = [
+            {
+                "window": d["window"],
+                "decode_s": round(d["decode_s"], 3),
+                "decode_tokens_per_s": round(b * (new - 1) / d["decode_s"], 1),
+                "fraction_of_bandwidth_bound": round(bound_s / d["decode_s"], 3),
+                "same_tokens": d["same_tokens"],
+            }
+            for d in decodes
+        ]
     if args.lora_rank:
         merge = jax.jit(lambda p: lora.merged(p, cfg))
         merged = merge(params)
         result["lora_rank"] = args.lora_rank
         result["merge_s"] = round(timed(merge, params, reps=args.reps), 3)
-        plain = lambda: sampler.sample(merged, cfg, tokens, mask, next(keys), tau, sc).tokens  # noqa: E731
-        result["merged_seconds"] = round(timed(plain, reps=args.reps), 3)
+        result["merged_seconds"] = round(timed(call, merged, reps=args.reps), 3)
     if not args.no_peer:
         result.update(peer_generate(tok, args.reps))
         result["speedup_vs_peer"] = round(result["tokens_per_s"] / result["peer_tokens_per_s"], 2)
     return result
+
+
+def _decodes(windows: list[int], reps: int, decode) -> list[dict]:
+    """Each window's decode (`decode(window)` -> Samples): one warm-up (compile) call each,
+    then `reps` calls each, alternating (A B, B A, ...); the median seconds, and whether
+    the tokens equal the first window's."""
+    tokens = {w: np.asarray(jax.block_until_ready(decode(w)).tokens) for w in windows}
+    times = {w: [] for w in windows}
+    for rep in range(reps):
+        for w in windows if rep % 2 == 0 else windows[::-1]:
+            start = time.perf_counter()
+            jax.block_until_ready(decode(w))
+            times[w].append(time.perf_counter() - start)
+    return [
+        {
+            "window": w,
+            "decode_s": statistics.median(times[w]),
+            "same_tokens": bool(np.array_equal(tokens[w], tokens[windows[0]])),
+        }
+        for w in windows
+    ]
 
 
 def peer_generate(tok, reps: int) -> dict:

@@ -25,15 +25,15 @@ entropies agree to float rounding and the tokens agree unless that rounding stra
 draw's boundary (BENCHMARKS.md measures it).
 
 Memory: the prompt keys P x L for the call, plus S x (L + E + T) slot keys, against
-P x L + B x (E + T) for one pass. S = 0 (or >= B) is that one pass: one prefill, one loop,
+P x L + B x (E + T) for one pass. S = 0 (or >= B) is that one pass: one prefill, one decode,
 each group reading its prompt's keys once per step: the fastest when everything fits.
 
 Speed: a step's attention reads the slots' response keys up to a window W, not all T:
 before each chunk the host takes the least W = W0 x 2^j (`EngineConfig.window`, W0 =
-256) >= every live slot's position + N, at most T, and the chunk attends (and writes)
-the first W slots. One program per window: at most log2(T / W0) + 1 compiles of
-the chunk a call shape, each compiled when first needed. The one pass still reads all T
-(its single loop has no host step between chunks to pick a window at).
+256; `sampler.window_for`) >= every live slot's position + N, at most T, and the chunk
+attends (and writes) the first W slots. One program per window: at most log2(T / W0) + 1
+compiles of the chunk a call shape, each compiled when first needed. The one pass does
+the same in segments (`sampler.decode`: segment j runs until its rows fill W0 x 2^j).
 
     out, stats = engine.generate(params, cfg, prompts, prompt_mask, rng, temperature,
                                  sampling, EngineConfig(slots=32, chunk=16))
@@ -73,7 +73,8 @@ class EngineConfig:
     slots: int | str = 0
     chunk: int = 16  # N: most decode steps between refills
     # W0: a chunk attends the first W response slots, W the least W0 x 2^j covering every
-    # live slot's position + N (at most T); 0: always all T
+    # live slot's position + N (at most T); the one pass's segments likewise
+    # (`sampler.window_for`); 0: always all T
     window: int = 256
 
     def __post_init__(self):
@@ -85,15 +86,6 @@ class EngineConfig:
             )
         if self.window < 0:
             raise ValueError(f"window={self.window} must be >= 0 (0: every response slot)")
-
-    def window_for(self, reach: int, n_new: int) -> int:
-        """Response slots a chunk attends when its live slots write below slot `reach`."""
-        if not self.window:
-            return n_new
-        w = self.window
-        while w < reach:
-            w *= 2
-        return min(w, n_new)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,19 +162,22 @@ def generate(
     )
     args = (params, cfg, prompts, prompt_mask, rng, temperature, config, interventions)
     if not engine.slots or engine.slots >= b:
-        return _one_pass(*args, prefill_rows)
+        return _one_pass(*args, prefill_rows, engine.window)
     rows = shapes.grouped_rows(prompts.shape[0], b) if prefill_rows is None else prefill_rows
     return _slotted(*args, jnp.asarray(rows, jnp.int32), engine)
 
 
-def _one_pass(params, cfg, prompts, prompt_mask, rng, temperature, config, iv, prefill_rows):
+def _one_pass(
+    params, cfg, prompts, prompt_mask, rng, temperature, config, iv, prefill_rows, window
+):
     clock = time.perf_counter()
     state, u = sampler.start(
         params, cfg, prompts, prompt_mask, rng, temperature, config, iv, prefill_rows
     )
     jax.block_until_ready(state)
     prefill_s, clock = time.perf_counter() - clock, time.perf_counter()
-    out = jax.block_until_ready(sampler.decode(params, cfg, state, temperature, u, config, iv))
+    out = sampler.decode(params, cfg, state, temperature, u, config, iv, window)
+    jax.block_until_ready(out)
     lengths = np.asarray(out.lengths)
     stats = EngineStats(
         rows=len(lengths),
@@ -232,7 +227,7 @@ def _slotted(params, cfg, prompts, prompt_mask, rng, temperature, config, iv, ro
         reach = int(index[live].max(initial=0)) + engine.chunk
         slots, ran = _chunk(
             params, cfg, slots, jnp.asarray(wanted), temperature, u, config, iv, engine.chunk,
-            engine.window_for(reach, n_new),
+            sampler.window_for(engine.window, reach, n_new),
         )  # fmt: skip
         free = np.asarray(slots.done)
         decode_s += time.perf_counter() - clock
@@ -333,13 +328,7 @@ def _chunk(
     Returns the slots and the steps run."""
     b, n_new = temperature.shape
     whole = slots.cache
-    slots = slots.replace(
-        cache=whole.replace(
-            k=[x[:, :, :window] for x in whole.k],
-            v=[x[:, :, :window] for x in whole.v],
-            mask=whole.mask[:, :window],
-        )
-    )
+    slots = slots.replace(cache=sampler.window_view(whole, window))
 
     def cond(carry):
         i, s = carry
@@ -367,15 +356,9 @@ def _chunk(
         return i + 1, s
 
     ran, slots = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), slots))
-    c = slots.cache
-    cache = c.replace(
-        k=[x.at[:, :, :window].set(y) for x, y in zip(whole.k, c.k)],
-        v=[x.at[:, :, :window].set(y) for x, y in zip(whole.v, c.v)],
-        mask=whole.mask.at[:, :window].set(c.mask),
-    )
     # what the host reads between chunks and at the end, whole on every device
     return slots.replace(
-        cache=cache,
+        cache=sampler.window_merge(whole, slots.cache, window),
         done=parallel.replicated(slots.done),
         out=parallel.replicated(slots.out),
     ), ran

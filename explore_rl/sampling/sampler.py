@@ -1,4 +1,4 @@
-"""Rollouts: group-shared prefill + KV-cache decode in one jitted `lax.while_loop`.
+"""Rollouts: group-shared prefill + KV-cache decode in jitted `lax.while_loop` segments.
 
 Prompts are left-padded to a bucketed length L. The P distinct prompt rows (one per prompt
 and steering route) are prefilled once and stay in the cache as a shared prefix. By default
@@ -9,7 +9,9 @@ costs one prefill and reads its prompt's keys once per step, not G times. Any ot
 A layout the sampler would get wrong (rows sharing a prefill with different steering
 vectors) is an error, never a silently different result. Appended embeddings (EDEN) come
 after the shared prompt and run per row. Every row then writes slot t at step t: shapes
-never change. Positions come from the masks, so padding and masked slots take none.
+never change. Positions come from the masks, so padding and masked slots take none. The
+decode runs in a few segments (`decode`), each attending only the response slots filled by
+its end rounded up to a power-of-two window (`rollout.decode_window`), not all T.
 
 Each sampled token records mu, its log-prob under the distribution it was drawn from:
 temperature tau[b, t] (a traced [B, T] table: a new schedule does not recompile), then
@@ -372,6 +374,7 @@ def sample(
     config: SamplingConfig,
     interventions: Interventions | None = None,
     prefill_rows: Int[Array, " B"] | None = None,
+    window: int = 0,
 ) -> Samples:
     """Sample `config.max_new_tokens` tokens for each of the B rows of `temperature`.
 
@@ -380,7 +383,8 @@ def sample(
     prompt rows is prefilled once, so give one row per distinct (prompt, steering route).
     `interventions` are per row: appended slots [B, E, D] with their mask, a steering
     vector [B, D] (rows sharing a prompt row must share it: checked, an error otherwise),
-    and `readout_layer` to record that block's output at every response token.
+    and `readout_layer` to record that block's output at every response token. `window`:
+    the decode's attention window (`decode`; 0: every response slot, the same bits).
     """
     steer = None if interventions is None else interventions.steer
     concrete = not any(
@@ -396,7 +400,7 @@ def sample(
     state, uniforms = start(
         params, cfg, prompts, prompt_mask, rng, temperature, config, interventions, prefill_rows
     )
-    return decode(params, cfg, state, temperature, uniforms, config, interventions)
+    return decode(params, cfg, state, temperature, uniforms, config, interventions, window)
 
 
 def row_uniforms(rng: jax.Array, rows: int, n_new: int) -> Float[Array, "T B"]:
@@ -446,14 +450,77 @@ def empty_samples(cfg, rows: int, n_new: int, readout: bool) -> Samples:
     )
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "config"))
-def decode(params, cfg, state: _State, temperature, uniforms, config, interventions) -> Samples:
-    """Every row from its first token until all have stopped or the table ends."""
+def window_for(base: int, reach: int, n_new: int) -> int:
+    """The response slots a decode attends (`rollout.decode_window`) when it writes below
+    slot `reach`: the least base x 2^j >= reach, at most n_new; base 0: all n_new."""
+    if not base:
+        return n_new
+    w = base
+    while w < reach:
+        w *= 2
+    return min(w, n_new)
+
+
+def window_view(cache: transformer.KVCache, window: int) -> transformer.KVCache:
+    """`cache` with only its first `window` response slots (the decode's attention reads
+    and writes those; the prefix and appended slots stay whole)."""
+    return cache.replace(
+        k=[x[:, :, :window] for x in cache.k],
+        v=[x[:, :, :window] for x in cache.v],
+        mask=cache.mask[:, :window],
+    )
+
+
+def window_merge(
+    whole: transformer.KVCache, part: transformer.KVCache, window: int
+) -> transformer.KVCache:
+    """`part` (a `window_view` decoded on) with the response slots beyond it from `whole`."""
+    return part.replace(
+        k=[x.at[:, :, :window].set(y) for x, y in zip(whole.k, part.k)],
+        v=[x.at[:, :, :window].set(y) for x, y in zip(whole.v, part.v)],
+        mask=whole.mask.at[:, :window].set(part.mask),
+    )
+
+
+def decode(
+    params, cfg, state: _State, temperature, uniforms, config, interventions, window: int = 0
+) -> Samples:
+    """Every row from its first token until all have stopped or the table ends. Takes
+    (donates) `state`: its cache is updated in place.
+
+    In host-side segments, as the slot engine's chunks: the segment of window W runs the
+    steps that write response slots below W and attends only those, W = `window_for`:
+    window, 2 window, 4 window, ... up to T (window 0: one segment of all T, the single
+    loop this used to be). A step then reads under twice the slots filled, not all T. One
+    compiled segment a window, the window 0 program being the last: at most
+    ceil(log2(T / window)) + 1 programs a call shape, each compiled when a call first
+    reaches it; the host reads `done` between segments and stops once every row has
+    stopped. On CPU the bits are window 0's for the engine's reason (its docstring): a
+    masked slot adds an exact zero. Host-side because the in-graph ways (a traced trip
+    count over tiles, a switch over static prefixes) were slower (docs/benchmarks_log.md)."""
+    n_new, w = temperature.shape[1], 0
+    while True:
+        w = window_for(window, w + 1, n_new)
+        state = decode_segment(params, cfg, state, temperature, uniforms, config, interventions, w)
+        # a segment of window w runs steps 0 .. w - 1; the last step is T - 2
+        if w >= n_new - 1 or bool(np.all(np.asarray(state.done))):
+            return state.out
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "config", "window"), donate_argnames=("state",))
+def decode_segment(
+    params, cfg, state: _State, temperature, uniforms, config, interventions, window: int
+) -> _State:
+    """The decode steps that write response slots below `window` (step t writes slot t),
+    attending those slots only; ends early when every row has stopped."""
     n_new = temperature.shape[1]
     steer = steering(interventions, slice(None))
+    whole = state.cache
+    if window < n_new:
+        state = state.replace(cache=window_view(whole, window))
 
     def cond(s: _State):
-        return (s.step + 1 < n_new) & ~jnp.all(s.done)
+        return (s.step + 1 < n_new) & (s.step < window) & ~jnp.all(s.done)
 
     def body(s: _State):
         live, t = s.out.mask[:, s.step], s.step + 1
@@ -470,7 +537,10 @@ def decode(params, cfg, state: _State, temperature, uniforms, config, interventi
         return _record(s, c, config.stop_ids)
 
     state = jax.lax.while_loop(cond, body, state)
-    return parallel.replicated(state.out)  # for the host
+    if window < n_new:
+        state = state.replace(cache=window_merge(whole, state.cache, window))
+    # what the host reads between segments and at the end, whole on every device
+    return state.replace(done=parallel.replicated(state.done), out=parallel.replicated(state.out))
 
 
 def greedy(

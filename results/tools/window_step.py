@@ -53,7 +53,7 @@ def main() -> None:
         while at < position:
             slots, ran = chunk(slots, n_new)
             at += int(ran)
-        windows = (EngineConfig(SLOTS, CHUNK).window_for(at + CHUNK, n_new), n_new)
+        windows = (sampler.window_for(EngineConfig().window, at + CHUNK, n_new), n_new)
         times = {w: [] for w in windows}
         for w in windows:  # compiles
             jax.block_until_ready(chunk(copy(slots), w))
