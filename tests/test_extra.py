@@ -516,3 +516,16 @@ def test_the_memory_metrics_say_whether_a_problem_came_back():
         state, ro, np.zeros(4, np.float32), np.ones(4, np.float32), SimpleNamespace(step=0)
     )
     assert out.metrics["novelty_recalled"] == 0.5
+
+
+@pytest.mark.slow
+def test_a_pool_of_the_batchs_size_brings_every_problem_back_to_the_memory(tmp_path):
+    """`rollout.pool` = the prompts a step: the same problems every step, so from step 2
+    every group's problem has earlier correct responses in the novelty memory, and the
+    memory holds those problems alone."""
+    c = _smoke(steps=4)
+    c.rollout.pool = c.rollout.prompts
+    progress = loop.train(config_lib.spec(c), str(tmp_path))
+    rows = read_metrics(str(tmp_path))
+    assert len(progress.explorers["extra"]["host"].data["correct"]) == c.rollout.pool == 2
+    assert [r["extra/novelty_recalled"] for r in rows] == [0.0, 1.0, 1.0, 1.0]
