@@ -38,10 +38,11 @@ def get_config(arg: str | None = None):
     c.rl.tis_cap = 2.0  # ASE paper, App. C.2: verl's token-level TIS, c_IS = 2
     if scale == "smoke":  # a bank after the first step with any mixed group
         e.min_pairs, e.interval, e.capacity, e.kmeans_init = 3, 1, 32, 2
-    elif scale in ("demo", "lab"):  # ~4 pairs a step: an update every 3-4 steps
+    elif scale in ("demo", "lab", "lab2"):  # ~4 pairs a step: an update every 3-4 steps
         e.min_pairs, e.interval, e.capacity = 12, 3, 256
-        if scale == "lab":  # the pilot's rule (docs/lab.md, results/lab/pilot_ase.md): the
+        if scale != "demo":  # the pilot's rule (docs/lab.md, results/lab/pilot_ase.md): the
             # smallest alpha of 0.5-4 whose steered tokens' KL(mu, pi_old) is >= 0.01 nats
+            # (lab2: the lab's pilot's, until a pilot on lab2's base model says otherwise)
             e.alpha = 4.0
     else:  # ASE paper, Sec. 4.1 and App. B-C (its Tables 7-9 are not in the text we cite)
         c.model.path = "models/Qwen3-1.7B-Base"  # Sec. 4.1: Qwen3-1.7B-Base (and 8B)

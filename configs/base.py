@@ -16,8 +16,9 @@ from explore_rl.rl.losses import LossConfig
 from explore_rl.rl.train_step import OptimConfig
 
 # seconds (tiny random model) | minutes | the exploration lab (configs/lab.py: a model trained
-# from scratch on Countdown, runs of minutes on a CPU) | the paper's run
-SCALES = ("smoke", "demo", "lab", "paper")
+# from scratch on Countdown, runs of minutes on a CPU) | lab v2 (its settings where study 1
+# found no room for the methods: docs/lab.md) | the paper's run
+SCALES = ("smoke", "demo", "lab", "lab2", "paper")
 
 
 def parse_arg(arg: str | None, file: str, variants=(), require_variant=False, scales=SCALES):
@@ -144,6 +145,9 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.rollout.top_k = 0  # most likely tokens kept; 0 = all
     c.rollout.dynamic_sampling = False  # DAPO: keep groups with 0 < correct < G, refill
     c.rollout.max_generation_batches = 4  # DAPO: most generation batches per step
+    # RL draws its prompts from the first `pool` training problems (0: all of them), so that
+    # each recurs every pool / prompts steps; SFT, and a `model.base` recipe, read them all
+    c.rollout.pool = 0
     # The rollout engine (results never depend on these, speed and memory do): decode
     # slots, refilled with waiting rows as rows finish; 0 = every row of a batch at once
     # (one prefill, one decode: fastest when all fits). Fewer slots than rows pay off when

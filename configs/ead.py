@@ -30,7 +30,7 @@ def get_config(arg: str | None = None):
     c.rl.tis_cap = 2.0
     # rl.score_temperature "rollout" = the base temperature 1.0: pi_old and pi_theta at
     # tau = 1 and TIS against the annealed mu, as EAD paper, App. B.2
-    if arg == "lab":  # the paper's schedule rescaled to 32-token answers and 300 steps:
+    if arg in ("lab", "lab2"):  # the paper's schedule rescaled to 32-token answers, 300 steps:
         # k d_s at lab step s = (32 / 3072) (25 + 5 * 2000 s / 300), c = 10 * 32 / 3072 < 1
         # (docs/lab.md): the hot prefix grows to 59% of the bucket by the end, as the paper's
         c.exploration.ead.update(k=0.0694, d0=3.75, c=1)

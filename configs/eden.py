@@ -26,7 +26,7 @@ def _scale(c, scale):
     elif scale == "demo":  # SmolLM2-135M: 2 noisy of 8 (the paper's 25%)
         e.noisy, e.rho, e.warmup = 2, 0.12, 6  # rho of the paper's small model (0.5B)
         e.candidates, e.probe_prompts, e.probe_samples = 16, 8, 4
-    elif scale == "lab":  # groups of 8: 2 noisy (the paper's 25%), the demo's small-model rho,
+    elif scale in ("lab", "lab2"):  # groups of 8: 2 noisy (the paper's 25%), small-model rho,
         # the warm-up a tenth of training as the paper's 200 of ~2000 steps (docs/lab.md)
         e.noisy, e.rho, e.warmup = 2, 0.12, 30
         e.candidates, e.probe_prompts, e.probe_samples = 16, 8, 4

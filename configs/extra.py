@@ -38,6 +38,10 @@ def get_config(arg: str | None = None):
         e.warmup, e.min_gap = 3, 4
     elif scale == "lab":  # Countdown: a step a line, cuts at line breaks 4 tokens apart
         e.min_gap = 4  # the rest ExTra's (warm-up 30 steps of the 300)
+    elif scale == "lab2":  # lab v2 (docs/lab.md): the lab's cuts, the paper's hard rule and share
+        e.min_gap = 4
+        e.hard = "all_incorrect"  # Sec. 4.2 and App. B.5: a group with no correct response
+        e.guided_frac = 1 / 16  # Sec. 5.5: 1/16 of the traffic, 1 of the 16 groups a step
     else:  # ExTra paper, Sec. 5 and App. B
         c.model.path = "models/Qwen3-1.7B"  # Sec. 5: Qwen3-1.7B (and Nemotron-1.5B)
         c.task.train_path = "data/math_dapo.jsonl"  # Sec. 5: MATH-DAPO

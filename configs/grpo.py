@@ -34,6 +34,8 @@ def get_config(arg: str | None = None):
         c.eval.num_prompts = 64  # a preset's test set capped (GSM8K has 1,319 questions)
     elif arg == "lab":  # the exploration lab: every method's `lab` scale starts from it
         c = lab.get_config("demo")
+    elif arg == "lab2":  # lab v2 (docs/lab.md): every method's `lab2` scale starts from it
+        c = lab.get_config("lab2")
     elif arg == "paper":  # EDEN's GRPO baseline (EDEN paper) on Qwen2.5-Math-1.5B
         # Each value's source; "ours" where EDEN paper does not state it.
         c.model.path = "models/Qwen2.5-Math-1.5B"  # EDEN paper: the math model of its tables

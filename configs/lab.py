@@ -16,6 +16,13 @@ multi-step arithmetic). At this difficulty the base model (1000 SFT steps, cosin
 solves about a sixth of the test problems at Pass@1 and most at Pass@64, and about 40% of
 GRPO's groups of 8 have no signal (BENCHMARKS.md, `python -m explore_rl.bench lab`). smoke
 runs in seconds.
+
+lab2 is lab v2 (docs/lab.md, "Lab v2"), where study 1 found the methods had no room:
+4-number problems drawn in code (3 lines a response), SFT data with a few percent of
+solutions by the strategies the chains leave out (`task.countdown.other_share`), and RL
+drawing from 640 training problems (`rollout.pool`), so each recurs 7.5 times in 300 steps:
+
+    python -m explore_rl.main --config configs/extra.py:lab2 --workdir runs/lab2-extra
 """
 
 from configs import base
@@ -23,8 +30,10 @@ from explore_rl.data import lab, tasks
 
 
 def get_config(arg: str | None = None):
-    # lab: demo (configs/<method>.py:lab are it)
-    variant, scale = base.parse_arg(arg, "lab.py", ("sft",), scales=("smoke", "demo", "lab"))
+    # lab: demo (configs/<method>.py:lab are it); lab2: lab v2 (configs/<method>.py:lab2)
+    variant, scale = base.parse_arg(
+        arg, "lab.py", ("sft",), scales=("smoke", "demo", "lab", "lab2")
+    )
     c = base.get_config()
     c.model.path, c.model.random_init = lab.FOLDER, "lab-1m"  # random weights: SFT's start
     # the fixed splits: data/countdown/ (data/lab.py writes them); task.name=countdown draws
@@ -56,7 +65,31 @@ def get_config(arg: str | None = None):
         c.exploration.scale = "lab"  # a method composed here takes its lab settings
     # task.name=countdown: as many problems as the files hold
     c.task.train_size, c.task.test_size = lab.SPLIT_SIZES["train"], lab.SPLIT_SIZES["test"]
+    if scale == "lab2":
+        v2(c, sft=variant == "sft")
     return smoke(c) if scale == "smoke" else c
+
+
+def v2(c, sft: bool):
+    """Lab v2's settings on a lab config (docs/lab.md, "Lab v2", says why each)."""
+    # 4 numbers: 3 lines a response, so ExTra's prefixes have 2 cuts (study 1's ExTra arms'
+    # task, drawn in code: as many training and test problems as the files' split)
+    c.task.name = "countdown"
+    c.task.countdown.inputs = 4
+    # 3% of SFT's solutions by division or two separate pairs: a small prior on the
+    # strategies the test's "other" problems need, where the chains alone left none
+    c.task.countdown.other_share = 0.03
+    if sft:
+        # the lab's 1000 steps left the 4-number base at held-out Pass@1 0.021, its loss
+        # still falling (0.27 at step 700, 0.18 at 1000): twice as long, cosine to 0 as there
+        c.train.steps, c.train.eval_every = 2000, 1000
+        c.optim.decay_steps = c.train.steps - c.optim.warmup_steps
+    else:
+        c.model.base = "configs/lab.py:sft,lab2"
+        # 300 steps x 16 prompts draw each of 640 problems 7.5 times, as ExTra's paper
+        # drew each of MATH-DAPO's 17k problems (128k prompts: 512 x 250): its memories act
+        c.rollout.pool = 640
+        c.exploration.scale = "lab2"
 
 
 def smoke(c):

@@ -148,6 +148,7 @@ class RolloutSpec:
     temperature: float
     dynamic_sampling: bool
     max_generation_batches: int
+    pool: int  # RL's problems: the first `pool` training problems; 0 = all
     sampling: SamplingConfig  # max_new_tokens, top_p, top_k; the model's stop ids
     engine: EngineConfig  # slots ("auto" until the run sizes them), decode_chunk, decode_window
 
@@ -385,7 +386,7 @@ DOMAINS: dict[str, Domain] = {
     "rollout.max_prompt_len": Domain(integer=True, low=1, high=INT32),
     "rollout.temperature": NON_NEGATIVE, "rollout.top_p": PROBABILITY_MASS,
     "rollout.top_k": Domain(integer=True, low=0, high=INT32, note="0: all"),
-    "rollout.max_generation_batches": COUNT,
+    "rollout.max_generation_batches": COUNT, "rollout.pool": COUNT_OR_OFF,
     "rollout.slots": Domain(integer=True, low=0, special=("auto",), note='or "auto"'),
     "rollout.decode_chunk": COUNT,
     "rollout.decode_window": Domain(integer=True, low=0, high=INT32, note="0: all"),

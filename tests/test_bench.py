@@ -101,10 +101,17 @@ def test_bench_lab_reports_the_base_models_regime_and_a_steps_shares(tmp_path, m
     """At the smoke size (a base model of 2 SFT steps, in this test's cache): Pass@k is
     monotone in k, each part's questions add up, zero-advantage groups are a share, and
     the RL step's parts (rollout, pi_old, update, host) add up to the step."""
+    from explore_rl.evaluation import evaluate as evaluate_lib
+
     monkeypatch.setenv("EXPLORE_RL_CACHE_DIR", str(tmp_path))
+    specs, real = [], evaluate_lib.evaluate
+    monkeypatch.setattr(
+        evaluate_lib, "evaluate", lambda *a, **k: specs.append(a[4]) or real(*a, **k)
+    )
     out = bench.main(["lab", "--config", "configs/lab.py:smoke", "--samples", "4",
                       "--group", "2", "--rl-steps", "2"])  # fmt: skip
     assert out["base_build_s"] > 0 and out["test_questions"] == 16 and out["samples"] == 4
+    assert all(s.eval.sampling.stop_ids for s in specs)  # every evaluation ends at EOS
     assert out["seen"]["questions"] + out.get("unseen", {"questions": 0})["questions"] == 16
     for part in ("all", "seen"):
         p = out[part]

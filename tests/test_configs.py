@@ -235,7 +235,7 @@ def _outside_methods(c) -> dict:
     return {k: v for k, v in flatten(c.to_dict()).items() if not k.startswith("exploration.")}
 
 
-@pytest.mark.parametrize("scale", ["smoke", "demo", "lab"])
+@pytest.mark.parametrize("scale", ["smoke", "demo", "lab", "lab2"])
 def test_a_methods_run_settings_are_what_its_config_changes_from_grpos(scale):
     """`RUN_SETTINGS` names every setting outside a method's section that its config
     changes from configs/grpo.py's at the scales that share grpo's setting (the paper scale
@@ -252,7 +252,7 @@ def test_a_methods_run_settings_are_what_its_config_changes_from_grpos(scale):
         assert changed == declared, name
 
 
-@pytest.mark.parametrize("scale", ["lab", "paper"])
+@pytest.mark.parametrize("scale", ["lab", "lab2", "paper"])
 def test_every_pair_of_composed_methods_runs_with_each_ones_settings_at_the_scale(scale):
     """A method composed onto another's config (`exploration.methods` overridden) gets its
     own config's section at that scale, and the settings that go with it (EAD's and ASE's

@@ -167,3 +167,39 @@ def test_the_task_and_its_reward_through_the_config():
     c.task.countdown.inputs = 9
     with pytest.raises(ValueError, match=r"^config: task.countdown.inputs=9: must be in"):
         config_lib.spec(c)
+
+
+def test_other_share_solves_that_share_of_the_chainless_problems_by_another_strategy():
+    """`other_share`: the training problems are the same draw, k of those without a chain
+    get a checked solution by division or two pairs (k / solved >= share, one fewer would
+    be below it), spread over the list; the test split and `family` are untouched."""
+    spec = cd.Spec(inputs=4, max_input=12)
+    plain = cd.make_countdown(1000, 0, "train", spec)
+    mixed = cd.make_countdown(1000, 0, "train", cd.Spec(inputs=4, max_input=12, other_share=0.03))
+    assert [p.question for p in plain] == [p.question for p in mixed]
+    chains = sum(bool(p.solution) for p in plain)
+    added = [i for i, (a, b) in enumerate(zip(plain, mixed)) if a.solution != b.solution]
+    k = len(added)
+    assert k / (chains + k) >= 0.03 > (k - 1) / (chains + k - 1) and k > 10
+    for i in added:
+        numbers, target = cd.parse_question(plain[i].question)
+        assert not plain[i].solution and cd.family(mixed[i]) == "other"
+        assert independent_check(mixed[i].solution, numbers, target)
+        assert cd.chain_solution(numbers, target) is None  # so it divides or pairs
+    assert added[0] < 100 and added[-1] > 900  # spread: a leading pool holds its share
+    test = cd.make_countdown(200, 0, "test", cd.Spec(inputs=4, max_input=12, other_share=0.5))
+    assert test == cd.make_countdown(200, 0, "test", spec)
+    with pytest.raises(ValueError, match="other_share=0.9 needs"):
+        cd.make_countdown(100, 0, "train", cd.Spec(inputs=4, other_share=0.9))
+    with pytest.raises(ValueError, match=r"task.countdown.other_share=1: must be in \[0, 1\)"):
+        cd.Spec(other_share=1)
+
+
+def test_other_solution_finds_a_division_or_two_pairs_by_hand():
+    # neither has a division-free chain: 20 / 5 = 4, 12 + 4 = 16; (2 + 3) * (3 + 3) = 30
+    assert cd.chain_solution([20, 5, 12], 16) is None
+    assert cd.other_solution([20, 5, 12], 16) == ["20/5=4", "12+4=16"]
+    assert cd.chain_solution([2, 3, 3, 3], 30) is None
+    assert cd.other_solution([2, 3, 3, 3], 30) == ["2+3=5", "3+3=6", "5*6=30"]
+    with pytest.raises(ValueError, match="has no solution"):
+        cd.other_solution([1, 1, 1], 50)

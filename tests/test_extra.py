@@ -480,3 +480,52 @@ def test_evaluation_reports_the_diversity_measures(tmp_path):
     assert 0 < results["eval/arithmetic/distinct4"] <= 1
     assert 0 <= results["eval/arithmetic/self_bleu"] <= 1
     assert results["eval/average/logdet"] > 0
+
+
+def test_the_memory_metrics_say_whether_a_problem_came_back():
+    """`prefix_recalled`: the share of hard groups whose problem had earlier prefixes;
+    `novelty_recalled`: the share of groups whose problem had earlier correct responses."""
+    from types import SimpleNamespace
+
+    from explore_rl.data.tasks import Problem
+
+    ex = regenerator(min_gap=2)
+    tokens = np.array([[1, 9, 2, 3, 9, 4, 5, 9, 1, 2, 9, 3], [6, 9, 7, 8, 9, 1, 2, 9, 3, 4, 9, 5]])
+    ro, ctx = hard_group(tokens, np.full(tokens.shape, 0.5))
+    _, prefixes, first = ex.regenerate({}, ro, np.zeros(2, bool), ctx)
+    _, _, again = ex.regenerate(prefixes, ro, np.zeros(2, bool), ctx)
+    assert (first["prefix_recalled"], again["prefix_recalled"]) == (0.0, 1.0)
+
+    c = extra_config.get_config("novelty,smoke")
+    c.exploration.extra.features = "ngram"
+    (ex,) = base.build(config_lib.spec(c))
+    seen, fresh = Problem("a", "1"), Problem("b", "2")
+    memory = {seen.id: [extra.pack(np.ones(extra.NGRAM_DIM, np.float32))]}
+    state = {
+        "pushed": np.int32(0),
+        "host": HostState({"correct": memory, "prefixes": {}, "queue": []}),
+    }
+    ro = SimpleNamespace(
+        plan=SimpleNamespace(info={"extra": {"guided": np.zeros(4, bool), "taken": np.zeros(4)}}),
+        correct=np.zeros((2, 2), bool),
+        group_size=2,
+        problems=[seen, fresh],
+        out=SimpleNamespace(tokens=np.ones((4, 6), np.int32), mask=np.ones((4, 6), bool)),
+    )
+    out = ex.shape_advantages(
+        state, ro, np.zeros(4, np.float32), np.ones(4, np.float32), SimpleNamespace(step=0)
+    )
+    assert out.metrics["novelty_recalled"] == 0.5
+
+
+@pytest.mark.slow
+def test_a_pool_of_the_batchs_size_brings_every_problem_back_to_the_memory(tmp_path):
+    """`rollout.pool` = the prompts a step: the same problems every step, so from step 2
+    every group's problem has earlier correct responses in the novelty memory, and the
+    memory holds those problems alone."""
+    c = _smoke(steps=4)
+    c.rollout.pool = c.rollout.prompts
+    progress = loop.train(config_lib.spec(c), str(tmp_path))
+    rows = read_metrics(str(tmp_path))
+    assert len(progress.explorers["extra"]["host"].data["correct"]) == c.rollout.pool == 2
+    assert [r["extra/novelty_recalled"] for r in rows] == [0.0, 1.0, 1.0, 1.0]

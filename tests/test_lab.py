@@ -6,6 +6,8 @@ import filecmp
 import json
 import os
 
+import pytest
+
 from explore_rl.data import countdown, lab, multistep, tasks
 from explore_rl.models import weights
 from explore_rl.models.tokenizer import Tokenizer
@@ -77,3 +79,48 @@ def test_the_committed_splits_are_what_the_code_draws_and_every_run_reads_them()
     assert seeds[0] == seeds[1] and jsonl.files(config_lib.spec(other).task)[1] == [
         os.path.join(lab.SPLITS_FOLDER, "test.jsonl")
     ]
+
+
+def test_lab_v2_gives_extra_recurring_problems_and_the_papers_settings():
+    """configs/<method>.py:lab2 (docs/lab.md, "Lab v2"): RL draws 300 steps x 16 prompts
+    from 640 problems, each 7 or 8 times and every one by step 40; 4-number problems (3
+    lines); ExTra at the paper's hard rule and guided share (1 group of 16); the base model's
+    recipe SFT on all 20,000 with 3% of its solutions by other strategies; study 1's lab
+    scale as it was."""
+    import collections
+
+    from explore_rl import config as config_lib
+    from explore_rl.train import base_model, steps
+
+    c = config_lib.load("configs/extra.py:lab2")
+    r, e = c.rollout, c.exploration.extra
+    drawn = steps.stream(list(range(c.task.train_size)), c.seed, 0, 300 * r.prompts, r.pool)
+    assert (c.train.steps, r.prompts, r.pool, len(drawn)) == (300, 16, 640, 4800)
+    assert set(collections.Counter(drawn).values()) == {7, 8}
+    assert max(drawn[: 40 * r.prompts]) == 639 and len(set(drawn[: 40 * r.prompts])) == 640
+    assert (e.hard, int(e.guided_frac * r.prompts)) == ("all_incorrect", 1)
+    assert (e.min_gap, e.warmup) == (4, 30)
+    assert (c.task.name, c.task.countdown.inputs, c.exploration.scale) == ("countdown", 4, "lab2")
+    sft = base_model.recipe(c)
+    assert sft.model.base == "" and sft.rollout.pool == 0 and sft.task.train_size == 20000
+    assert (sft.task.countdown.other_share, sft.train.steps) == (0.03, 2000)
+    for method in ("grpo", "ead", "eden", "ase"):
+        assert base_model.recipe(config_lib.load(f"configs/{method}.py:lab2")).to_dict() == (
+            sft.to_dict()
+        )  # every arm starts from one base model
+    lab = config_lib.load("configs/extra.py:lab")
+    assert (lab.exploration.extra.hard, lab.exploration.extra.guided_frac) == ("pass_rate", 0.5)
+    assert (lab.rollout.pool, lab.task.name, lab.task.countdown.other_share) == (0, "jsonl", 0.0)
+
+
+def test_a_pool_larger_than_the_training_set_is_refused(tmp_path):
+    from configs import lab as lab_config
+    from explore_rl import config as config_lib
+    from explore_rl.train import loop
+
+    c = lab_config.smoke(lab_config.get_config("demo"))
+    c.model.base, c.model.random_init = "", "lab-1m"
+    c.task.name, c.task.countdown.inputs, c.task.train_size = "countdown", 4, 20
+    c.rollout.pool = 21
+    with pytest.raises(ValueError, match=r"rollout.pool=21: above the task's 20 training"):
+        loop.train(config_lib.spec(c), str(tmp_path))

@@ -40,6 +40,8 @@ def add_arguments(p) -> None:
 def check(args) -> str | None:
     if args.samples % args.group:
         return f"--samples {args.samples}: not a multiple of --group {args.group}"
+    if args.rl_steps < 1:
+        return f"--rl-steps {args.rl_steps}: at least 1 (the first step compiles, not counted)"
     bad = [s for s in args.set if "=" not in s]
     return f"--set {bad[0]}: give KEY=VALUE" if bad else None
 
@@ -78,6 +80,7 @@ def _base_model_quality(c, samples: int, group: int) -> dict:
 
     spec = replace(config_lib.spec(c), **{"eval.samples": samples})
     params, cfg, tok = spec.model.load(spec.seed)
+    spec = spec.with_stop_ids(tok.stop_ids)  # generations end at EOS, as a run's evaluation
     _, tests = spec.problems()
     records: list[dict] = []
     t0 = time.perf_counter()

@@ -20,7 +20,10 @@ never share one, whatever the seed.
 (((a o b) o c) o d, the running result one operand of each step) without division in a
 fixed search order. Problems that need a division or two separate pairs ((a o b) o (c o d))
 have none: a model fine-tuned on the solutions has seen one strategy, and finds the others
-only by exploring (`family`: "chain" or "other").
+only by exploring (`family`: "chain" or "other"). `Spec.other_share` gives a few of the
+training problems without a chain a solution by another strategy (`other_solution`), so
+that SFT leaves the model a small probability of the strategies the test's "other"
+problems need rather than none.
 
     make_countdown(8, seed=0, split="test", settings=Spec(inputs=3))
 """
@@ -31,6 +34,7 @@ import collections
 import dataclasses
 import functools
 import itertools
+import math
 import re
 
 import numpy as np
@@ -53,6 +57,9 @@ class Spec:
     max_target: int = 100
     # the problems' draw, not the run's seed: every seed and method of a study sees one split
     problems_seed: int = 0
+    # the share of the training problems' solutions (SFT's examples) that solve a problem
+    # without a division-free chain by another strategy (`other_solution`); 0: chains only
+    other_share: float = 0.0
 
     def __post_init__(self):
         if not 2 <= self.inputs <= 6:
@@ -62,6 +69,14 @@ class Spec:
                 f"config: task.countdown needs max_input >= 1 and 0 <= min_target <= "
                 f"max_target, got {self.max_input}, {self.min_target}, {self.max_target}"
             )
+        if not 0 <= self.other_share < 1:
+            raise ValueError(
+                f"config: task.countdown.other_share={self.other_share}: must be in [0, 1)"
+            )
+
+
+# the settings that draw the problems (`other_share` only chooses which get a solution)
+_DRAW = ("inputs", "max_input", "min_target", "max_target", "problems_seed")
 
 
 def apply(a: int, op: str, b: int) -> int | None:
@@ -104,6 +119,32 @@ def chain_solution(numbers, target: int) -> list[str] | None:
             if acc == target:
                 return lines
     return None
+
+
+def other_solution(numbers, target: int) -> list[str]:
+    """The first solution in a fixed search order (pairs of the numbers still available in
+    index order, each both ways, + - * /), as lines: for a problem without a division-free
+    chain, a solution by another strategy (a division, or two separate pairs)."""
+
+    def search(available: list[int]) -> list[str] | None:
+        if len(available) == 1:
+            return [] if available[0] == target else None
+        for i, j in itertools.combinations(range(len(available)), 2):
+            rest = available[:i] + available[i + 1 : j] + available[j + 1 :]
+            for a, b in ((available[i], available[j]), (available[j], available[i])):
+                for op in "+-*/":
+                    value = apply(a, op, b)
+                    if value is None or target not in reachable(tuple(sorted((*rest, value)))):
+                        continue
+                    tail = search([*rest, value])
+                    if tail is not None:
+                        return [f"{a}{op}{b}={value}", *tail]
+        return None
+
+    lines = search(list(numbers))
+    if lines is None:
+        raise ValueError(f"countdown: {numbers} -> {target} has no solution")
+    return lines
 
 
 def parse_question(question: str) -> tuple[list[int], int]:
@@ -160,11 +201,11 @@ def make_countdown(n: int, seed: int, split: str, settings: Spec = Spec()) -> li
     if split not in SPLITS:
         raise ValueError(f"split={split!r}: allowed {list(SPLITS)}")
     s = settings
-    rng = np.random.default_rng([seed, SPLITS.index(split), *dataclasses.astuple(s)])
+    rng = np.random.default_rng([seed, SPLITS.index(split), *(getattr(s, f) for f in _DRAW)])
     problems, seen = [], set()
     for _ in range(1000 * n + 1000):
         if len(problems) == n:
-            return problems
+            break
         numbers = [int(x) for x in rng.integers(1, s.max_input + 1, s.inputs)]
         target = int(rng.integers(s.min_target, s.max_target + 1))
         question = f"{' '.join(map(str, numbers))} -> {target}"
@@ -174,15 +215,37 @@ def make_countdown(n: int, seed: int, split: str, settings: Spec = Spec()) -> li
         if target in reachable(tuple(sorted(numbers))):
             lines = chain_solution(numbers, target)
             problems.append(Problem(question, str(target), solution="\n".join(lines or ())))
-    raise ValueError(
-        f"countdown: {len(problems)} distinct solvable {split} problems of {n} asked at "
-        f"{s}: widen max_input or the target range"
-    )
+    if len(problems) < n:
+        raise ValueError(
+            f"countdown: {len(problems)} distinct solvable {split} problems of {n} asked at "
+            f"{s}: widen max_input or the target range"
+        )
+    return with_other_solutions(problems, s.other_share) if split == "train" else problems
+
+
+def with_other_solutions(problems: list[Problem], share: float) -> list[Problem]:
+    """`problems` with k of those without a chain solved by `other_solution`, k the fewest
+    that make them `share` of the solved ones (k / (chains + k) >= share), spread evenly
+    over the list so that a leading part of it (`rollout.pool`) holds its share of them."""
+    others = [i for i, p in enumerate(problems) if not p.solution]
+    chains = len(problems) - len(others)
+    k = math.ceil(share * chains / (1 - share))
+    if k > len(others):
+        raise ValueError(
+            f"countdown: other_share={share} needs {k} problems without a chain solution, "
+            f"the draw has {len(others)}"
+        )
+    out = list(problems)
+    for i in (others[j] for j in np.linspace(0, len(others) - 1, k).round().astype(int)):
+        numbers, target = parse_question(out[i].question)
+        out[i] = dataclasses.replace(out[i], solution="\n".join(other_solution(numbers, target)))
+    return out
 
 
 def family(problem: Problem) -> str:
-    """ "chain" when the problem has a division-free chain solution, else "other"."""
-    return "chain" if problem.solution else "other"
+    """ "chain" when the problem has a division-free chain solution, else "other" (its
+    own, not its `solution`'s: `other_share` solves some "other" problems too)."""
+    return "chain" if chain_solution(*parse_question(problem.question)) else "other"
 
 
 @register("countdown", Spec, solutions=solution_key)

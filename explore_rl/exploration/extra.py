@@ -41,6 +41,12 @@ answer of the problem it displaced: not copied), and the update scores the respo
 only (the prefix is prompt). Guided groups are not themselves mined for prefixes.
 `clamp_guided` floors guided rows' advantages at 0.
 
+Whether the memories act shows in two metrics: `novelty_recalled`, the share of a step's
+groups whose problem's memory already held correct responses from earlier steps (else the
+bonus compares a response with its siblings alone), and `prefix_recalled`, the share of its
+hard groups whose problem had prefixes from earlier steps to smooth over. Both need problems
+that recur (`rollout.pool`).
+
 Memories and the queue are host state (`hoststate.HostState`), saved with each checkpoint;
 embeddings are stored as float16. A guided prompt is used once: the step removes the
 entries its plan took, whether or not their groups stayed in the batch (with dynamic
@@ -183,6 +189,8 @@ class ExTra(Explorer):
             metrics["guided_solve_rate"] = float(rollouts.correct.reshape(-1)[guided].mean())
         t0 = time.perf_counter()
         if e.novelty:
+            remembered = [p.id in data["correct"] for p in rollouts.problems]
+            metrics["novelty_recalled"] = float(np.mean(remembered))
             r_int, embeddings = self.novelty(state, rollouts, ctx)
             correct = rollouts.correct.reshape(-1)
             if e.novelty_at == "after":
@@ -280,7 +288,7 @@ class ExTra(Explorer):
         entropy = np.asarray(rollouts.out.entropy)
         prefixes, fresh, chosen, random_mte = dict(prefixes), [], [], []
         rng = np.random.default_rng([ctx.step, 2])
-        hard = 0
+        hard = recalled = 0
         for i, problem in enumerate(rollouts.problems):
             rows = np.arange(i * g, (i + 1) * g)
             if guided[rows[0]] or not is_hard(rollouts.correct[i], e.hard):
@@ -293,6 +301,7 @@ class ExTra(Explorer):
                 for r in rows[MINES[e.mine](np.asarray(mte))]
                 for p in self.cut(tokens[r][mask[r]], entropy[r][mask[r]], room, ctx.tok)
             ]
+            recalled += problem.id in prefixes
             if not cuts:
                 continue
             scores = [s for _, s in cuts]
@@ -314,6 +323,8 @@ class ExTra(Explorer):
             # the whole problem (its chat and dataset row too: the reward reads them)
             fresh.append({**problem.to_json(), "prefix": best["tokens"]})
         metrics = {"hard": hard, "pushed": len(fresh)}
+        if hard:
+            metrics["prefix_recalled"] = recalled / hard
         if chosen:
             metrics.update(mte_chosen=float(np.mean(chosen)), mte_random=float(np.mean(random_mte)))
         return fresh, prefixes, metrics

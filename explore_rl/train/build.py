@@ -195,6 +195,11 @@ def _start(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mes
             "that some of its rows have a question and an answer and fit "
             "rollout.max_prompt_len"
         )
+    if spec.rollout.pool > len(run.train_set):
+        raise ValueError(
+            f"rollout.pool={spec.rollout.pool}: above the task's {len(run.train_set)} "
+            "training problems"
+        )
     run.spec, run.memory_estimate = sizing.size(
         run.spec, cfg, dict(mesh.shape), run.optimizer, run.longest_prompt, run.explorers,
         longest_eval_prompt=run.longest_eval_prompt if run.test_sets else None,

@@ -36,13 +36,15 @@ from explore_rl.spec import RunSpec
 from explore_rl.train.build import Progress, Run, placed
 
 
-def stream(problems, seed: int, position: int, n: int) -> list:
-    """n problems from `position` of an endless stream: one seeded shuffle per epoch."""
+def stream(problems, seed: int, position: int, n: int, pool: int = 0) -> list:
+    """n problems from `position` of an endless stream over the first `pool` of `problems`
+    (0: all): one seeded shuffle per epoch."""
+    size = pool or len(problems)
     orders, indices = {}, []
     for i in range(position, position + n):
-        epoch, j = divmod(i, len(problems))
+        epoch, j = divmod(i, size)
         if epoch not in orders:  # one shuffle a call, not one per problem drawn
-            orders[epoch] = np.random.default_rng([seed, epoch]).permutation(len(problems))
+            orders[epoch] = np.random.default_rng([seed, epoch]).permutation(size)
         indices.append(orders[epoch][j])
     return sharded.take(problems, indices)
 
@@ -58,7 +60,7 @@ def collect(run: Run, progress: Progress, step: int):
         plan_key, sample_key = jax.random.split(jax.random.fold_in(step_key, batches))
         plan = base_plan(
             q * g, r.sampling.max_new_tokens, r.temperature,
-            stream(run.train_set, s.seed, position, q),
+            stream(run.train_set, s.seed, position, q, r.pool),
         )  # fmt: skip
         plan = exploration.plan(run.explorers, progress.explorers, plan, ctx, plan_key)
         position += q
