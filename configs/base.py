@@ -250,6 +250,10 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # (Problem.solution: a generated task's own, or task.solution_field), each prompt as RL
     # writes it, the response up to rollout.max_new_tokens tokens with EOS (longer: skipped)
     c.sft.batch_size = 16
+    # round(neutral_share x batch_size) examples of each batch carry one of neutral_tokens
+    # (comma-separated, each one token), drawn at random, between prompt and response: a
+    # model that learns to read past it is one EDEN's appended anchor can use (docs/lab.md)
+    c.sft.neutral_share, c.sft.neutral_tokens = 0.0, ""
 
     c.sample = ConfigDict()  # --mode sample
     c.sample.prompt_file = ""  # text (one prompt a line) or JSONL; "" = the task's test split

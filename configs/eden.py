@@ -12,6 +12,7 @@ ABLATIONS (the paper's).
 """
 
 from configs import base, grpo
+from explore_rl.data import lab
 from explore_rl.exploration.eden import EDEN
 
 # Settings outside exploration.eden that go with EDEN (none: its paper runs without TIS)
@@ -31,6 +32,10 @@ def _scale(c, scale):
         e.noisy, e.rho, e.warmup = 2, 0.12, 30
         e.candidates, e.probe_prompts, e.probe_samples = 16, 8, 4
         e.pool = "all"  # the lab's character vocabulary has no words: its 20 ordinary tokens
+        if scale == "lab2":  # the screen probes lab v2's 10 neutral tokens (SFT read past
+            # them after the prompt: docs/lab.md), 8 of them the bank (the paper's K)
+            e.pool_tokens, e.candidates, e.bank_size = ",".join(lab.NEUTRAL), 10, 8
+            e.probe_prompts = 32  # 128 rollouts a candidate: the base's accuracy is ~0.05
     else:  # EDEN paper: Qwen2.5-Math-1.5B, 12 clean + 4 noisy of 16, rho 0.18, warm-up 200
         # (the rest of the setting is configs/grpo.py:paper, EDEN's GRPO baseline; EDEN paper
         # does not state its mini-batch size: 4 mini-batches a batch, as every config here)

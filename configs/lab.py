@@ -18,9 +18,11 @@ GRPO's groups of 8 have no signal (BENCHMARKS.md, `python -m explore_rl.bench la
 runs in seconds.
 
 lab2 is lab v2 (docs/lab.md, "Lab v2"), where study 1 found the methods had no room:
-4-number problems drawn in code (3 lines a response), SFT data with a few percent of
-solutions by the strategies the chains leave out (`task.countdown.other_share`), and RL
-drawing from 640 training problems (`rollout.pool`), so each recurs 7.5 times in 300 steps:
+4-number problems drawn in code (3 lines a response), SFT data with a tenth of its
+solutions by the strategies the chains leave out (`task.countdown.other_share`), a
+vocabulary with ten neutral tokens (data/lab2/) one of which SFT puts after the prompt of
+a tenth of its examples (`sft.neutral_share`: EDEN's anchors), and RL drawing from 640
+training problems (`rollout.pool`), so each recurs 7.5 times in 300 steps:
 
     python -m explore_rl.main --config configs/extra.py:lab2 --workdir runs/lab2-extra
 """
@@ -76,10 +78,15 @@ def v2(c, sft: bool):
     # task, drawn in code: as many training and test problems as the files' split)
     c.task.name = "countdown"
     c.task.countdown.inputs = 4
-    # 3% of SFT's solutions by division or two separate pairs: a small prior on the
-    # strategies the test's "other" problems need, where the chains alone left none
-    c.task.countdown.other_share = 0.03
+    # a tenth of SFT's solutions by division or two separate pairs: a prior on the
+    # strategies the test's "other" problems need (3% left the base at Pass@64 0 on them)
+    c.task.countdown.other_share = 0.10
+    # the lab's characters and ten neutral ones (data/lab.py), study 1's folder untouched
+    c.model.path = lab.V2_FOLDER
     if sft:
+        # a tenth of SFT's examples carry one neutral token where EDEN appends its anchor
+        # (after the prompt), so the base reads past one as a pretrained model reads a word
+        c.sft.neutral_share, c.sft.neutral_tokens = 0.10, ",".join(lab.NEUTRAL)
         # the lab's 1000 steps left the 4-number base at held-out Pass@1 0.021, its loss
         # still falling (0.27 at step 700, 0.18 at 1000): twice as long, cosine to 0 as there
         c.train.steps, c.train.eval_every = 2000, 1000

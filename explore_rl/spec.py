@@ -232,9 +232,12 @@ class ExportSpec:
 
 @frozen
 class SftSpec:
-    """`sft.*`: supervised fine-tuning's examples per optimizer step (`--mode sft`)."""
+    """`sft.*`: supervised fine-tuning's examples per optimizer step (`--mode sft`), and
+    the share of them that carry one neutral token after the prompt (train/sft.py)."""
 
     batch_size: int
+    neutral_share: float
+    neutral_tokens: str
 
 
 @frozen
@@ -409,7 +412,7 @@ DOMAINS: dict[str, Domain] = {
     "eval.max_new_tokens": Domain(integer=True, low=1, high=INT32),
     "eval.batch_prompts": COUNT, "eval.diversity_correct": Domain(integer=True, low=2),
     "export.step": COUNT_OR_OFF, "export.max_shard_gb": POSITIVE,
-    "sft.batch_size": COUNT,
+    "sft.batch_size": COUNT, "sft.neutral_share": DECAY,
     "sample.num_prompts": COUNT, "sample.samples_per_prompt": COUNT,
     "sample.temperature": NON_NEGATIVE, "sample.top_p": PROBABILITY_MASS,
     "sample.top_k": Domain(integer=True, low=0, high=INT32, note="0: all"),

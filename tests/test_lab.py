@@ -1,7 +1,9 @@
 """The lab's tokenizer (data/lab/, data/lab.py): the committed files are what the code
 writes, every lab task's text round-trips through it, transformers reads the folder to
-the same ids, and a lab model is a preset's random weights with it, loaded like any other."""
+the same ids, and a lab model is a preset's random weights with it, loaded like any other.
+Lab v2's (data/lab2/) too, its neutral tokens ids the task never writes."""
 
+import dataclasses
 import filecmp
 import json
 import os
@@ -21,15 +23,29 @@ def test_the_committed_folder_is_what_the_code_writes(tmp_path):
         assert filecmp.cmp(tmp_path / name, os.path.join(lab.FOLDER, name), shallow=False), name
 
 
-def test_every_lab_text_round_trips_one_token_a_character():
-    tok = Tokenizer.from_hf_folder(lab.FOLDER)
-    assert tok.vocab_size == 2 + len(lab.ALPHABET) and tok.stop_ids == (tok.eos_id,)
+def test_the_committed_lab2_folder_is_what_the_code_writes(tmp_path):
+    lab.write_tokenizer(str(tmp_path), lab.ALPHABET + lab.NEUTRAL)
+    for name in FILES:
+        assert filecmp.cmp(tmp_path / name, os.path.join(lab.V2_FOLDER, name), shallow=False)
+
+
+@pytest.mark.parametrize("v2", [False, True])
+def test_every_lab_text_round_trips_one_token_a_character(v2):
+    tok = Tokenizer.from_hf_folder(lab.V2_FOLDER if v2 else lab.FOLDER)
+    alphabet = lab.ALPHABET + lab.NEUTRAL * v2
+    assert tok.vocab_size == 2 + len(alphabet) and tok.stop_ids == (tok.eos_id,)
     problems = countdown.make_countdown(50, 0, "train") + multistep.make_multistep(50, 0, "train")
+    spec = countdown.Spec(inputs=4, other_share=0.10)
+    problems += countdown.make_countdown(50, 0, "train", spec)  # lab v2's, other solutions too
     for p in problems:
         for text in (p.question + "\n", p.solution):
             ids = tok.encode(text)
             assert len(ids) == len(text) and tok.decode(ids) == text
     assert tok.decode(tok.encode("3+4=7") + [tok.eos_id]) == "3+4=7"  # EOS is not text
+    if v2:  # the neutral tokens: the last ids of the lab model's 32, none a task character
+        neutral = tok.token_ids(",".join(lab.NEUTRAL), "test")
+        assert neutral == list(range(22, 32)) and tok.vocab_size == 32
+        assert set(neutral).isdisjoint(tok.encode(lab.ALPHABET))
 
 
 def test_transformers_reads_the_folder_to_the_same_ids():
@@ -85,8 +101,9 @@ def test_lab_v2_gives_extra_recurring_problems_and_the_papers_settings():
     """configs/<method>.py:lab2 (docs/lab.md, "Lab v2"): RL draws 300 steps x 16 prompts
     from 640 problems, each 7 or 8 times and every one by step 40; 4-number problems (3
     lines); ExTra at the paper's hard rule and guided share (1 group of 16); the base model's
-    recipe SFT on all 20,000 with 3% of its solutions by other strategies; study 1's lab
-    scale as it was."""
+    recipe SFT on all 20,000 with a tenth of its solutions by other strategies and a tenth
+    of its examples carrying a neutral token, in lab v2's vocabulary; study 1's lab scale
+    as it was."""
     import collections
 
     from explore_rl import config as config_lib
@@ -103,14 +120,44 @@ def test_lab_v2_gives_extra_recurring_problems_and_the_papers_settings():
     assert (c.task.name, c.task.countdown.inputs, c.exploration.scale) == ("countdown", 4, "lab2")
     sft = base_model.recipe(c)
     assert sft.model.base == "" and sft.rollout.pool == 0 and sft.task.train_size == 20000
-    assert (sft.task.countdown.other_share, sft.train.steps) == (0.03, 2000)
+    assert (sft.task.countdown.other_share, sft.train.steps) == (0.10, 2000)
+    assert (sft.sft.neutral_share, sft.sft.neutral_tokens) == (0.10, "a,b,c,d,e,f,g,h,i,j")
+    assert sft.model.path == lab.V2_FOLDER != lab.FOLDER
     for method in ("grpo", "ead", "eden", "ase"):
         assert base_model.recipe(config_lib.load(f"configs/{method}.py:lab2")).to_dict() == (
             sft.to_dict()
         )  # every arm starts from one base model
-    lab = config_lib.load("configs/extra.py:lab")
-    assert (lab.exploration.extra.hard, lab.exploration.extra.guided_frac) == ("pass_rate", 0.5)
-    assert (lab.rollout.pool, lab.task.name, lab.task.countdown.other_share) == (0, "jsonl", 0.0)
+    v1 = config_lib.load("configs/extra.py:lab")
+    assert (v1.exploration.extra.hard, v1.exploration.extra.guided_frac) == ("pass_rate", 0.5)
+    assert (v1.rollout.pool, v1.task.name, v1.task.countdown.other_share) == (0, "jsonl", 0.0)
+    assert v1.model.path == lab.FOLDER and base_model.recipe(v1).sft.neutral_share == 0.0
+
+
+def test_edens_lab2_screen_draws_its_candidates_from_the_neutral_tokens():
+    """configs/eden.py:lab2 resolves, its screen's pool the 10 neutral tokens (all of them
+    candidates, 8 the bank); at lab its 20 ordinary characters, as study 1 ran."""
+    from explore_rl import config as config_lib
+    from explore_rl.exploration import eden
+
+    spec = config_lib.resolve(config_lib.load("configs/eden.py:lab2"))
+    ((_, settings),) = spec.methods
+    assert (settings.pool_tokens, settings.candidates, settings.bank_size) == (
+        ",".join(lab.NEUTRAL),
+        10,
+        8,
+    )
+    tok = Tokenizer.from_hf_folder(spec.model.path)
+    ids = eden.EDEN(settings, spec).pool_ids(tok)
+    assert [tok.decode([i]) for i in ids] == list(lab.NEUTRAL)
+    few = dataclasses.replace(settings, pool_tokens="a,b")
+    with pytest.raises(ValueError, match="eden.pool_tokens has 2 tokens, bank_size=8"):
+        eden.EDEN.check(few, spec)
+    with pytest.raises(ValueError, match="eden.pool_tokens: 'ab' is 2 tokens"):
+        eden.EDEN(dataclasses.replace(settings, pool_tokens="ab"), spec).pool_ids(tok)
+    v1 = config_lib.resolve(config_lib.load("configs/eden.py:lab"))
+    ((_, settings),) = v1.methods
+    assert settings.pool_tokens == "" and settings.bank_size == 8
+    assert len(eden.EDEN(settings, v1).pool_ids(Tokenizer.from_hf_folder(lab.FOLDER))) == 20
 
 
 def test_a_pool_larger_than_the_training_set_is_refused(tmp_path):

@@ -4,6 +4,7 @@ solution that fits, a resumed run equals one never stopped, a dataset file's sol
 are read by `task.solution_field`, and an SFT run's directory, given as `model.path`,
 starts a run from its weights (modes/export.py: `resolve`), or is refused with the reason."""
 
+import dataclasses
 import json
 import os
 
@@ -275,3 +276,41 @@ def test_an_sft_step_logs_no_ratio_metrics(tmp_path):
     _, metrics, _ = sft.sft_step(run, sft.examples(run), progress)
     assert "train/loss" in metrics and "policy/entropy" in metrics
     assert not [k for k in metrics if "clip_frac" in k or "ratio" in k or "kl" in k]
+
+
+def test_a_share_of_examples_carry_one_neutral_token_between_prompt_and_response(tmp_path):
+    """`sft.neutral_share` 0.25 of batches of 8: 2 rows a batch carry one of lab v2's
+    neutral tokens right after the prompt's text and before the response (the prompt's
+    last token, context only), the others are unchanged; the rows and tokens vary with the
+    data position and repeat for the same one; a token that is not one is refused."""
+    c = lab_config(steps=1)
+    c.model.path = lab.V2_FOLDER
+    c.sft.neutral_share, c.sft.neutral_tokens = 0.25, ",".join(lab.NEUTRAL)
+    run, _, ckpt = testing.start(config_lib.spec(c, "sft"), str(tmp_path), None)
+    ckpt.close()
+    tok, ex = run.tok, sft.examples(run)
+    neutral = set(ex.neutral)
+    assert neutral == set(range(22, 32)) and neutral.isdisjoint(tok.encode(lab.ALPHABET))
+    order, rows, tokens = list(range(8)), set(), set()
+    for position in range(0, 160, 8):
+        batch = sft.make_batch(run, ex, order, position)
+        carried = 0
+        for r, i in enumerate(order):
+            prompt = np.asarray(batch.prompts[r])[np.asarray(batch.prompt_mask[r])].tolist()
+            response = np.asarray(batch.tokens[r])[np.asarray(batch.mask[r])].tolist()
+            text = tok.encode(run.spec.prompt.text(tok, ex.problems[i].question, ()))
+            assert response == ex.responses[i]
+            if prompt != text:
+                assert prompt[:-1] == text and prompt[-1] in neutral
+                carried, rows, tokens = carried + 1, rows | {r}, tokens | {prompt[-1]}
+        assert carried == 2
+    assert len(rows) >= 6 and len(tokens) >= 6  # 40 draws: not a fixed row or token
+    again = sft.make_batch(run, ex, order, 8)
+    np.testing.assert_array_equal(again.prompts, sft.make_batch(run, ex, order, 8).prompts)
+    with pytest.raises(ValueError, match="sft.neutral_tokens: 'ab' is 2 tokens"):
+        sft.neutral_ids(tok, 0.25, "a,ab")
+    with pytest.raises(ValueError, match="sft.neutral_share=0.25 needs sft.neutral_tokens"):
+        sft.neutral_ids(tok, 0.25, "")
+    full = dataclasses.replace(run, longest_prompt=run.spec.rollout.max_prompt_len)
+    with pytest.raises(ValueError, match="token after the longest prompt .* leaves none"):
+        sft.examples(full)

@@ -6,6 +6,11 @@ other model. Its fixed splits: Countdown's training and test problems at the def
 difficulty, drawn once and written to `data/countdown/` (`write_splits`; the preset
 `countdown` reads them), so every run, seed and method of a study reads the same files,
 and config.json records their digests. Tests hold the committed files to both functions.
+
+Lab v2's vocabulary (`V2_FOLDER`, `configs/lab.py:lab2`) adds `NEUTRAL`: characters no
+task writes, the ids the lab model's 32-row embedding left unused. SFT puts one of them
+between the prompt and the response of a share of its examples (`sft.neutral_share`), so
+the base model learns to read past one, where EDEN appends its anchor (docs/lab.md).
 """
 
 from __future__ import annotations
@@ -19,20 +24,24 @@ from explore_rl.models.tokenizer import Tokenizer
 
 # digits, the operators and what the questions and answers write around them
 ALPHABET = "0123456789+-*/=()> \n"
+# lab v2's neutral tokens: after the pad and EOS tokens and ALPHABET, ids 22 to 31
+NEUTRAL = "abcdefghij"
 FOLDER = os.path.join(DATA_DIR, "lab")
+V2_FOLDER = os.path.join(DATA_DIR, "lab2")
 SPLITS_FOLDER = os.path.join(DATA_DIR, "countdown")
 SPLIT_SIZES = {"train": 20000, "test": 512}
 
 
-def tokenizer() -> Tokenizer:
-    return Tokenizer.character_level(ALPHABET)
+def tokenizer(alphabet: str = ALPHABET) -> Tokenizer:
+    return Tokenizer.character_level(alphabet)
 
 
-def write_tokenizer(folder: str = FOLDER) -> None:
+def write_tokenizer(folder: str = FOLDER, alphabet: str = ALPHABET) -> None:
     """`tokenizer.json`, `tokenizer_config.json` and `generation_config.json` (EOS as the
-    stop token) of the lab's tokenizer, in `folder`."""
+    stop token) of the lab's tokenizer (`alphabet`: lab v2's is ALPHABET + NEUTRAL, in
+    V2_FOLDER), in `folder`."""
     os.makedirs(folder, exist_ok=True)
-    tok = tokenizer()
+    tok = tokenizer(alphabet)
     tok.save_hf_folder(folder)
     with open(os.path.join(folder, "generation_config.json"), "w") as f:
         json.dump({"eos_token_id": [tok.eos_id], "pad_token_id": tok.pad_id}, f, indent=2)

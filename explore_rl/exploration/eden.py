@@ -18,7 +18,8 @@ The bank (our viability screen; the paper says only "screened for viability"):
   1. lexical: vocabulary tokens whose raw piece is a word-initial marker ("Ġ" byte-level
      BPE, "▁" sentencepiece) followed by 3+ ASCII letters: no special, whitespace, digit,
      punctuation or sub-word pieces;
-  2. `candidates` of those, drawn with `bank_seed`;
+  2. `candidates` of those, drawn with `bank_seed` (`pool_tokens` names the pool instead:
+     lab v2's neutral tokens, which its SFT taught the model to read past);
   3. probe: on the first `probe_prompts` training problems, `probe_samples` rollouts per
      candidate with the noise-free anchor appended, at temperature 1; a candidate is viable
      when its accuracy is at least the clean accuracy on the same problems minus
@@ -87,6 +88,8 @@ class EDEN(Explorer):
         # the screen's pool: "words" (whole-word tokens) | "all" (every token but the
         # special ones: a character vocabulary's, which has no words)
         pool: str = "words"
+        # comma-separated tokens (each one token as written) that are the pool instead
+        pool_tokens: str = ""
         candidates: int = 32  # tokens probed by the screen
         probe_prompts: int = 8  # training problems in the screen's probe set
         probe_samples: int = 4  # rollouts per candidate and problem
@@ -113,6 +116,11 @@ class EDEN(Explorer):
             words or e.candidates >= e.bank_size,
             f"candidates={e.candidates} < bank_size={e.bank_size}",
         )
+        pool = [t for t in e.pool_tokens.split(",") if t]
+        _require(
+            words or not pool or len(pool) >= e.bank_size,
+            f"pool_tokens has {len(pool)} tokens, bank_size={e.bank_size}",
+        )
 
     @property
     def slots(self) -> int:
@@ -129,11 +137,11 @@ class EDEN(Explorer):
     def init(self, ctx: StepContext):
         e, rng = self.settings, np.random.default_rng(self.settings.bank_seed)
         if e.anchor == "fixed_random":
-            ids, report = [int(rng.choice(lexical_pool(ctx.tok, e.pool)))], {"fixed_random": True}
+            ids, report = [int(rng.choice(self.pool_ids(ctx.tok)))], {"fixed_random": True}
         elif e.bank_tokens:
             ids, report = _user_tokens(ctx.tok, e.bank_tokens), {"user_tokens": True}
         else:
-            pool = lexical_pool(ctx.tok, e.pool)
+            pool = self.pool_ids(ctx.tok)
             drawn = rng.choice(pool, size=min(e.candidates, len(pool)), replace=False)
             ids, report = screen(ctx, [int(i) for i in drawn], self.settings)
         state = {
@@ -187,9 +195,15 @@ class EDEN(Explorer):
         if self.settings.anchor != "per_rollout":
             return jnp.repeat(state["vectors"][anchor], g, axis=0)
         if self._pool is None:
-            self._pool = jnp.asarray(lexical_pool(ctx.tok, self.settings.pool))
+            self._pool = jnp.asarray(self.pool_ids(ctx.tok))
         ids = self._pool[jax.random.randint(rng, (anchor.shape[0] * g,), 0, len(self._pool))]
         return ctx.params["embed"][ids].astype(jnp.float32)
+
+    def pool_ids(self, tok) -> np.ndarray:
+        """The ids the bank's candidates are drawn from: `pool_tokens`' or the lexical pool's."""
+        if not self.settings.pool_tokens:
+            return lexical_pool(tok, self.settings.pool)
+        return np.asarray(tok.token_ids(self.settings.pool_tokens, "exploration.eden.pool_tokens"))
 
 
 def _require(ok: bool, message: str):

@@ -161,6 +161,17 @@ class Tokenizer:
             return self.backend.encode_ids(text)
         return self.backend.encode(text, add_special_tokens=False).ids
 
+    def token_ids(self, tokens: str, setting: str) -> list[int]:
+        """The ids of comma-separated `tokens`, each one token as written; a one-line error
+        naming the config `setting` for one that is not."""
+        ids = []
+        for name in (t for t in tokens.split(",") if t):
+            enc = self.encode(name)
+            if len(enc) != 1:
+                raise ValueError(f"config: {setting}: {name!r} is {len(enc)} tokens")
+            ids.append(enc[0])
+        return ids
+
     def decode(self, ids, skip_special_tokens: bool = True) -> str:
         return self.backend.decode(list(map(int, ids)), skip_special_tokens=skip_special_tokens)
 

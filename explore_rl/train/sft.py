@@ -12,12 +12,18 @@ optimizer step, cut into `optim.micro_batches` as RL's updates are. The loop is 
 (`loop.run`): the data stream (one seeded shuffle an epoch), logs, checkpoints, the
 held-out evaluation (Pass@k as for RL), resume and stop signals are the same, so a rerun of
 the command continues exactly.
+
+`sft.neutral_share` > 0: round(share x batch_size) examples of each batch, drawn from the
+run's seed and data position, carry one of `sft.neutral_tokens` (drawn too) as a one-token
+`Problem.prefix`, so it sits after the prompt and before the response, context only: where
+EDEN appends its anchor slot (exploration/eden.py), at the same position.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 
 import jax
@@ -41,16 +47,34 @@ def train_sft(spec: RunSpec, workdir: str):
 
 @dataclasses.dataclass(frozen=True)
 class Examples:
-    """The problems with a solution that fits, and their response tokens (each with EOS)."""
+    """The problems with a solution that fits, their response tokens (each with EOS) and
+    the neutral tokens' ids (`sft.neutral_tokens`)."""
 
     problems: list
     responses: list[list[int]]
+    neutral: tuple[int, ...]
+
+
+def neutral_ids(tok, share: float, tokens: str) -> tuple[int, ...]:
+    """The ids of `tokens` (comma-separated, each one token as written); a one-line error
+    for a share without tokens or a token that is not one."""
+    ids = tok.token_ids(tokens, "sft.neutral_tokens")
+    if share and not ids:
+        raise ValueError(f"config: sft.neutral_share={share} needs sft.neutral_tokens")
+    return tuple(ids) if share else ()
 
 
 def examples(run: Run) -> Examples:
     """The run's training examples (module docstring); the count of problems without a
     solution, or with one longer than the limit, said."""
     tok, limit = run.tok, run.spec.rollout.sampling.max_new_tokens
+    neutral = neutral_ids(tok, run.spec.sft.neutral_share, run.spec.sft.neutral_tokens)
+    if neutral and run.longest_prompt >= run.spec.rollout.max_prompt_len:
+        raise ValueError(
+            f"config: sft.neutral_share needs a token after the longest prompt "
+            f"({run.longest_prompt} tokens): rollout.max_prompt_len="
+            f"{run.spec.rollout.max_prompt_len} leaves none"
+        )
     problems, responses, unsolved, long = [], [], 0, 0
     for p in sharded.take(run.train_set, range(len(run.train_set))):
         ids = tok.encode(p.solution) + [tok.eos_id]
@@ -73,13 +97,28 @@ def examples(run: Run) -> Examples:
     if unsolved or long:
         logging.warning("sft: %d examples; skipped %d problems without a solution and %d with "
                         "one over %d tokens", len(problems), unsolved, long, limit)  # fmt: skip
-    return Examples(problems, responses)
+    return Examples(problems, responses, neutral)
 
 
-def make_batch(run: Run, ex: Examples, indices) -> Batch:
-    """The update's batch of examples `indices`: prompts left-padded as RL's, responses
-    right-padded to `rollout.max_new_tokens`, every row weighted 1."""
+def with_neutral(problems: list, neutral: tuple[int, ...], share: float, rng) -> list:
+    """`problems` with round(share x len) of them, drawn with `rng`, given one of the
+    `neutral` ids, drawn too, as their prefix (module docstring)."""
+    if not neutral:
+        return problems
+    out = list(problems)
+    k = math.floor(share * len(out) + 0.5)
+    for r, token in zip(rng.choice(len(out), k, replace=False), rng.choice(neutral, k)):
+        out[r] = dataclasses.replace(out[r], prefix=(int(token),))
+    return out
+
+
+def make_batch(run: Run, ex: Examples, indices, position: int) -> Batch:
+    """The update's batch of examples `indices` (the stream's from data `position`):
+    prompts left-padded as RL's (with a neutral token where `with_neutral` puts one),
+    responses right-padded to `rollout.max_new_tokens`, every row weighted 1."""
+    rng = np.random.default_rng([run.spec.seed, position])
     problems = [ex.problems[i] for i in indices]
+    problems = with_neutral(problems, ex.neutral, run.spec.sft.neutral_share, rng)
     prompts, prompt_mask = rollout_lib.encode(
         run.tok, problems, run.spec.prompt, run.spec.rollout.max_prompt_len
     )
@@ -115,7 +154,7 @@ def sft_step(run: Run, ex: Examples, progress: Progress):
     t0 = time.perf_counter()
     n, position = run.spec.sft.batch_size, int(progress.data_position)
     order = steps.stream(list(range(len(ex.problems))), run.spec.seed, position, n)
-    batch = make_batch(run, ex, order)
+    batch = make_batch(run, ex, order, position)
     lengths = np.asarray(batch.mask).sum(axis=1).reshape(n, 1)
     if run.mesh is not None:
         batch = parallel.shard_batch(batch, run.mesh)
