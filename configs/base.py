@@ -157,7 +157,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.rollout.decode_chunk = 16  # decode steps between refills of finished slots
     # a decode step (a chunk of slots, a segment of the one pass) attends the first W
     # response slots, W the least decode_window x 2^j covering its rows' positions (one
-    # compile a window; the same bits); 0: all max_new_tokens
+    # compile a window; results to float rounding); 0: all max_new_tokens
     c.rollout.decode_window = 256
 
     c.rl = ConfigDict()

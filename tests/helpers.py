@@ -210,11 +210,12 @@ def response_logits(params, cfg, prompt, pmask, tokens, rmask):
 
 
 def logit_scale(params, cfg, prompts, pmask, tokens, mask, temperature=1.0, interventions=None):
-    """max |logit / tau| over the real response positions (greedy ones, tau 0, left out):
-    the magnitude the rows' log-probs and entropies are computed from, and so the scale of
-    their float32 rounding. One plain forward of each row's prompt (`prompts` [B, L], row
-    b's own) and response; `interventions` steering only (appended slots are seen through
-    a cache: they mix attention, and the final RMS norm keeps the logits' scale)."""
+    """max |logit / tau| over the real response positions (greedy ones, tau 0, left out; 0
+    when every one is greedy, so their log-probs compare exactly): the magnitude the rows'
+    log-probs and entropies are computed from, and so the scale of their float32 rounding.
+    One plain forward of each row's prompt (`prompts` [B, L], row b's own) and response;
+    `interventions` steering only (appended slots are seen through a cache: they mix
+    attention, and the final RMS norm keeps the logits' scale)."""
     seq = jnp.concatenate([jnp.asarray(prompts), jnp.asarray(tokens)], 1)
     seen = jnp.concatenate([jnp.asarray(pmask, bool), jnp.asarray(mask, bool)], 1)
     pos = transformer.positions_from_mask(seen)
@@ -223,7 +224,7 @@ def logit_scale(params, cfg, prompts, pmask, tokens, mask, temperature=1.0, inte
     z = np.abs(np.asarray(logits[:, n - 1 : n - 1 + t])).max(-1)  # predicts response token t
     tau = np.broadcast_to(np.asarray(temperature, np.float32), z.shape)
     live = np.asarray(mask, bool) & (tau > 0)
-    return float((z[live] / tau[live]).max())
+    return float((z[live] / tau[live]).max(initial=0.0))
 
 
 def sampled_updates(params, cfg, mesh, prompts, pmask, group: int = 4, new: int = 6):

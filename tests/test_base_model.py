@@ -69,6 +69,16 @@ def test_a_recipe_is_named_by_what_it_trains_not_by_its_place(tmp_path, monkeypa
     assert base_model.key(quieter) != base_model.key(here)
 
 
+def test_settings_added_since_leave_the_lab_bases_name():
+    """The lab's base keeps the name it was built under, so no machine trains it again
+    (~7 min) because a setting was added (`base_model.ADDED`); an added setting away from
+    its old value names another base. Renaming it on purpose: `base_model._FORMAT`."""
+    recipe = base_model.recipe(config_lib.load("configs/grpo.py:lab"))
+    assert base_model.key(recipe) == "b3001004a65b998e870f"
+    recipe.task.countdown.other_share = 0.1
+    assert base_model.key(recipe) != "b3001004a65b998e870f"
+
+
 @pytest.mark.slow
 def test_another_task_is_another_recipe_and_its_run_trains_on_it(counted_sft, tmp_path):
     rl = lab.get_config("smoke")

@@ -174,6 +174,8 @@ def test_per_row_settings_follow_their_row_through_refills(tiny):
 def test_window_follows_the_furthest_live_slot():
     assert [sampler.window_for(4, r, T) for r in (1, 4, 5, 9, 17, 100)] == [4, 4, 8, 16, 24, 24]
     assert sampler.window_for(0, 1, T) == T
+    with pytest.raises(ValueError, match="window=-1: must be >= 0"):
+        sampler.window_for(-1, 1, T)  # the library's callers: not a loop without end
 
 
 def recorded_windows(monkeypatch) -> list[int]:
@@ -188,12 +190,12 @@ def recorded_windows(monkeypatch) -> list[int]:
     return windows
 
 
-def test_attention_window_changes_no_bit(tiny, monkeypatch):
+def test_attention_window_changes_only_float_rounding(tiny, monkeypatch):
     """Chunks that attend only the first W response slots (W growing 4, 8, 16, 24 as the
-    slots' rows advance) give every row the bits of chunks that attend all T: masked
-    slots add exact zeros to the softmax and its weighted sum, and the kept slots are
-    summed in the same order. With every per-row setting, for two slot counts, each
-    against another chunk size."""
+    slots' rows advance) give every row the tokens of chunks that attend all T, and its
+    floats to rounding: masked slots add exact zeros, but a reduction over W slots may be
+    grouped unlike one over T (on CPU some shapes keep the bits, others do not). With
+    every per-row setting, for two slot counts, each against another chunk size."""
     windows = recorded_windows(monkeypatch)
     kw = per_row_settings(tiny)
     for slots in (5, B // 4):
@@ -203,13 +205,16 @@ def test_attention_window_changes_no_bit(tiny, monkeypatch):
         out, _ = run(tiny, slots, chunk=3, window=4, **kw)
         assert {4, 8, 16, T} <= set(windows), windows
         windows.clear()
-        assert_same_rows(out, ref, exact=True)
+        scale = scales(kw["model"], ref, kw["temperature"], kw["interventions"].steer,
+                       kw["prefill_rows"])  # fmt: skip
+        assert_same_rows(out, ref, exact=False, scale=scale)
 
 
 @pytest.mark.parametrize("settings", ["greedy", "sampled", "short", "per_row"])
-def test_one_pass_window_changes_no_bit(tiny, monkeypatch, settings):
+def test_one_pass_window_changes_only_float_rounding(tiny, monkeypatch, settings):
     """The one pass (slots 0) in segments attending the first 4, 8, 16, 24 response slots
-    gives every row window 0's bits: greedy, sampled with a fixed key, and with every
+    gives every row window 0's tokens, and its floats to rounding (as the engine's chunks):
+    greedy, sampled with a fixed key, and with every
     per-row setting (EDEN's appended slots, ASE's steering and readout, top-p, response
     prefixes); rows stop mid-way, prompts are left-padded. The host runs the segments up
     to the one in which the last row stops (`short`: every row within 16 tokens, so the
@@ -234,7 +239,10 @@ def test_one_pass_window_changes_no_bit(tiny, monkeypatch, settings):
     assert windows == ladder[: last + 1], (windows, lengths.max())
     if settings == "per_row":  # the only test of these shapes and windows
         assert sampler.decode_segment._cache_size() - before == len(set(windows) - {T})
-    assert_same_rows(out, ref, exact=True)
+    iv = kw.get("interventions")
+    scale = scales(kw.get("model", tiny), ref, kw.get("temperature"),
+                   iv and iv.steer, kw.get("prefill_rows"))  # fmt: skip
+    assert_same_rows(out, ref, exact=False, scale=scale)
 
 
 def test_one_token_responses(tiny):

@@ -483,8 +483,9 @@ def test_evaluation_reports_the_diversity_measures(tmp_path):
 
 
 def test_the_memory_metrics_say_whether_a_problem_came_back():
-    """`prefix_recalled`: the share of hard groups whose problem had earlier prefixes;
-    `novelty_recalled`: the share of groups whose problem had earlier correct responses."""
+    """`prefix_recalled`: the share of hard groups whose problem had prefixes from earlier
+    steps (a problem twice in one batch is not); `novelty_recalled`: the share of groups
+    with a correct response whose problem had earlier correct responses."""
     from types import SimpleNamespace
 
     from explore_rl.data.tasks import Problem
@@ -495,25 +496,34 @@ def test_the_memory_metrics_say_whether_a_problem_came_back():
     _, prefixes, first = ex.regenerate({}, ro, np.zeros(2, bool), ctx)
     _, _, again = ex.regenerate(prefixes, ro, np.zeros(2, bool), ctx)
     assert (first["prefix_recalled"], again["prefix_recalled"]) == (0.0, 1.0)
+    twice = SimpleNamespace(**{**vars(ro), "problems": ro.problems * 2})
+    twice.correct = np.zeros((2, len(tokens)), bool)
+    twice.prompt_mask = np.ones((2, 10), bool)
+    twice.out = SimpleNamespace(
+        tokens=np.tile(tokens, (2, 1)), mask=np.ones((4, 12), bool), entropy=np.full((4, 12), 0.5)
+    )
+    _, _, same_batch = ex.regenerate({}, twice, np.zeros(4, bool), ctx)
+    assert same_batch["hard"] == 2 and same_batch["prefix_recalled"] == 0.0
 
     c = extra_config.get_config("novelty,smoke")
     c.exploration.extra.features = "ngram"
     (ex,) = base.build(config_lib.spec(c))
-    seen, fresh = Problem("a", "1"), Problem("b", "2")
-    memory = {seen.id: [extra.pack(np.ones(extra.NGRAM_DIM, np.float32))]}
+    seen, fresh, unsolved = Problem("a", "1"), Problem("b", "2"), Problem("c", "3")
+    remembered = [extra.pack(np.ones(extra.NGRAM_DIM, np.float32))]
+    memory = {seen.id: remembered, unsolved.id: remembered}
     state = {
         "pushed": np.int32(0),
         "host": HostState({"correct": memory, "prefixes": {}, "queue": []}),
     }
     ro = SimpleNamespace(
-        plan=SimpleNamespace(info={"extra": {"guided": np.zeros(4, bool), "taken": np.zeros(4)}}),
-        correct=np.zeros((2, 2), bool),
+        plan=SimpleNamespace(info={"extra": {"guided": np.zeros(6, bool), "taken": np.zeros(6)}}),
+        correct=np.array([[True, False], [True, False], [False, False]]),
         group_size=2,
-        problems=[seen, fresh],
-        out=SimpleNamespace(tokens=np.ones((4, 6), np.int32), mask=np.ones((4, 6), bool)),
+        problems=[seen, fresh, unsolved],  # the unsolved group's bonus reads no memory
+        out=SimpleNamespace(tokens=np.ones((6, 6), np.int32), mask=np.ones((6, 6), bool)),
     )
     out = ex.shape_advantages(
-        state, ro, np.zeros(4, np.float32), np.ones(4, np.float32), SimpleNamespace(step=0)
+        state, ro, np.zeros(6, np.float32), np.ones(6, np.float32), SimpleNamespace(step=0)
     )
     assert out.metrics["novelty_recalled"] == 0.5
 

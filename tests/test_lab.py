@@ -160,7 +160,7 @@ def test_edens_lab2_screen_draws_its_candidates_from_the_neutral_tokens():
     assert len(eden.EDEN(settings, v1).pool_ids(Tokenizer.from_hf_folder(lab.FOLDER))) == 20
 
 
-def test_a_pool_larger_than_the_training_set_is_refused(tmp_path):
+def test_a_pool_larger_than_the_training_set_or_smaller_than_a_batch_is_refused(tmp_path):
     from configs import lab as lab_config
     from explore_rl import config as config_lib
     from explore_rl.train import loop
@@ -170,4 +170,7 @@ def test_a_pool_larger_than_the_training_set_is_refused(tmp_path):
     c.task.name, c.task.countdown.inputs, c.task.train_size = "countdown", 4, 20
     c.rollout.pool = 21
     with pytest.raises(ValueError, match=r"rollout.pool=21: above the task's 20 training"):
+        loop.train(config_lib.spec(c), str(tmp_path))
+    c.rollout.pool = c.rollout.prompts - 1
+    with pytest.raises(ValueError, match=r"rollout.pool=1: below rollout.prompts=2, so a"):
         loop.train(config_lib.spec(c), str(tmp_path))

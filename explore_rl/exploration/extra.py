@@ -42,10 +42,10 @@ only (the prefix is prompt). Guided groups are not themselves mined for prefixes
 `clamp_guided` floors guided rows' advantages at 0.
 
 Whether the memories act shows in two metrics: `novelty_recalled`, the share of a step's
-groups whose problem's memory already held correct responses from earlier steps (else the
-bonus compares a response with its siblings alone), and `prefix_recalled`, the share of its
-hard groups whose problem had prefixes from earlier steps to smooth over. Both need problems
-that recur (`rollout.pool`).
+groups with a correct response whose problem's memory already held correct responses from
+earlier steps (else the bonus compares a response with its siblings alone), and
+`prefix_recalled`, the share of its hard groups whose problem had prefixes from earlier
+steps to smooth over. Both need problems that recur (`rollout.pool`).
 
 Memories and the queue are host state (`hoststate.HostState`), saved with each checkpoint;
 embeddings are stored as float16. A guided prompt is used once: the step removes the
@@ -189,8 +189,11 @@ class ExTra(Explorer):
             metrics["guided_solve_rate"] = float(rollouts.correct.reshape(-1)[guided].mean())
         t0 = time.perf_counter()
         if e.novelty:
-            remembered = [p.id in data["correct"] for p in rollouts.problems]
-            metrics["novelty_recalled"] = float(np.mean(remembered))
+            # the groups whose bonus reads the memory: those with a correct response
+            solved = rollouts.correct.any(axis=1)
+            if solved.any():
+                remembered = [p.id in data["correct"] for p in rollouts.problems]
+                metrics["novelty_recalled"] = float(np.mean(np.asarray(remembered)[solved]))
             r_int, embeddings = self.novelty(state, rollouts, ctx)
             correct = rollouts.correct.reshape(-1)
             if e.novelty_at == "after":
@@ -289,6 +292,7 @@ class ExTra(Explorer):
         prefixes, fresh, chosen, random_mte = dict(prefixes), [], [], []
         rng = np.random.default_rng([ctx.step, 2])
         hard = recalled = 0
+        earlier = set(prefixes)  # a problem twice in one batch: not recalled the second time
         for i, problem in enumerate(rollouts.problems):
             rows = np.arange(i * g, (i + 1) * g)
             if guided[rows[0]] or not is_hard(rollouts.correct[i], e.hard):
@@ -301,7 +305,7 @@ class ExTra(Explorer):
                 for r in rows[MINES[e.mine](np.asarray(mte))]
                 for p in self.cut(tokens[r][mask[r]], entropy[r][mask[r]], room, ctx.tok)
             ]
-            recalled += problem.id in prefixes
+            recalled += problem.id in earlier
             if not cuts:
                 continue
             scores = [s for _, s in cuts]

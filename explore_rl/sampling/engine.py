@@ -13,11 +13,12 @@ Its steering vector, temperature row, position and response keys travel with the
 
 Exactness: token t of row b is drawn with the uniform `sampler.row_uniforms(rng)[t, b]` at
 temperature `temperature[b, t]`, keyed by (row, position) and never by slot or loop step,
-so for a given slot count a row's tokens, mu, entropies and readouts are bit for bit the
-same whatever N, the order of refills or the attention window below: a masked slot adds
-an exact 0 to the softmax's sums, and XLA's CPU kernels sum the kept slots in the same
-order whatever the window's length (the tests check it; unchecked on GPU, where a
-reduction grouped by its length would make the window's rounding the row's). Across
+so for a given slot count and attention window a row's tokens, mu, entropies and
+readouts are bit for bit the same whatever N or the order of refills. Across attention
+windows (below) a masked slot adds an exact 0 to the softmax's sums, but a reduction over
+W slots may be grouped unlike one over T (on CPU some shapes keep the bits, others move
+by rounding), so the floats agree to rounding and the tokens unless that rounding
+straddles a draw's boundary (the tests check both; the same holds on GPU). Across
 slot counts, and against the one pass (whose groups read their shared prompt through a
 differently shaped product), the batch width changes the kernels XLA picks (on CPU even
 a row sum over a 49k vocabulary rounds differently for 3 rows than for 16), so mu and

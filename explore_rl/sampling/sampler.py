@@ -384,7 +384,7 @@ def sample(
     `interventions` are per row: appended slots [B, E, D] with their mask, a steering
     vector [B, D] (rows sharing a prompt row must share it: checked, an error otherwise),
     and `readout_layer` to record that block's output at every response token. `window`:
-    the decode's attention window (`decode`; 0: every response slot, the same bits).
+    the decode's attention window (`decode`; 0: every response slot).
     """
     steer = None if interventions is None else interventions.steer
     concrete = not any(
@@ -453,6 +453,8 @@ def empty_samples(cfg, rows: int, n_new: int, readout: bool) -> Samples:
 def window_for(base: int, reach: int, n_new: int) -> int:
     """The response slots a decode attends (`rollout.decode_window`) when it writes below
     slot `reach`: the least base x 2^j >= reach, at most n_new; base 0: all n_new."""
+    if base < 0:
+        raise ValueError(f"window={base}: must be >= 0 (0: every response slot)")
     if not base:
         return n_new
     w = base
@@ -495,8 +497,8 @@ def decode(
     compiled segment a window, the window 0 program being the last: at most
     ceil(log2(T / window)) + 1 programs a call shape, each compiled when a call first
     reaches it; the host reads `done` between segments and stops once every row has
-    stopped. On CPU the bits are window 0's for the engine's reason (its docstring): a
-    masked slot adds an exact zero. Host-side because the in-graph ways (a traced trip
+    stopped. The tokens are window 0's and the floats agree to rounding, for the engine's
+    reason (its docstring). Host-side because the in-graph ways (a traced trip
     count over tiles, a switch over static prefixes) were slower (docs/benchmarks_log.md)."""
     n_new, w = temperature.shape[1], 0
     while True:

@@ -46,20 +46,39 @@ def recipe(c):
 UNTRAINED = ("eval", "logging", "export", "sample", "exploration")
 
 
+# settings added since bases were first built, left out of the key at these values (what
+# the bases built before them did): a base built before them keeps its name
+ADDED = {"rollout.pool": 0, "task.countdown.other_share": 0.0, "sft.neutral_share": 0.0,
+         "sft.neutral_tokens": ""}  # fmt: skip
+
+
 def key(sft_config) -> str:
     """The recipe's name in the cache: a digest of its resolved config but the
-    UNTRAINED sections and the scheduling settings (`spec.SCHEDULING`), with its model
-    folder named by its files' contents rather than where it lies (the lab's is inside the
-    checkout: every clone of one tree shares one build), and the format."""
+    UNTRAINED sections, the scheduling settings (`spec.SCHEDULING`) and the ADDED ones at
+    their old values, with its model folder named by its files' contents rather than where
+    it lies (the lab's is inside the checkout: every clone of one tree shares one build),
+    and the format."""
     recipe_ = config_lib.resolved(sft_config).to_dict()
     recipe_["model"]["path"] = _contents(recipe_["model"]["path"])
     for section in UNTRAINED:
         recipe_.pop(section, None)
     for setting in SCHEDULING:  # how it runs, not what it trains
-        section, name = setting.split(".")
-        recipe_[section].pop(name, None)
+        section, name = _section(recipe_, setting)
+        section.pop(name, None)
+    for setting, old in ADDED.items():
+        section, name = _section(recipe_, setting)
+        if section.get(name, old) == old:
+            section.pop(name, None)
     text = json.dumps(recipe_, sort_keys=True)
     return hashlib.sha256(f"{_FORMAT}\n{text}".encode()).hexdigest()[:20]
+
+
+def _section(recipe_: dict, setting: str) -> tuple[dict, str]:
+    """(the dict holding dotted `setting`, its last name); {} where a level is missing."""
+    *path, name = setting.split(".")
+    for part in path:
+        recipe_ = recipe_.get(part, {})
+    return recipe_, name
 
 
 def _contents(path: str):

@@ -200,6 +200,11 @@ def _start(spec: RunSpec, explorers: list, workdir: str, verifier: Verifier, mes
             f"rollout.pool={spec.rollout.pool}: above the task's {len(run.train_set)} "
             "training problems"
         )
+    if 0 < spec.rollout.pool < spec.rollout.prompts:
+        raise ValueError(
+            f"rollout.pool={spec.rollout.pool}: below rollout.prompts="
+            f"{spec.rollout.prompts}, so a batch would hold a problem twice"
+        )
     run.spec, run.memory_estimate = sizing.size(
         run.spec, cfg, dict(mesh.shape), run.optimizer, run.longest_prompt, run.explorers,
         longest_eval_prompt=run.longest_eval_prompt if run.test_sets else None,
