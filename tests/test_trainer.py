@@ -127,7 +127,7 @@ def test_config_validation_messages():
     with pytest.raises(ValueError, match=r"^config: optim.decay_steps=-5: must be an integer >= 0"):
         config_lib.spec(c)
     with pytest.raises(
-        ValueError, match=r"grpo.py:huge: .* scales \[.smoke., .demo., .lab., .paper.\]"
+        ValueError, match=r"grpo.py:huge: .* scales \[.smoke., .demo., .lab., .lab2., .paper.\]"
     ):
         grpo.get_config("huge")
 
