@@ -106,3 +106,19 @@ def test_no_report_without_runs_and_no_arm_without_the_pilot(tmp_path, monkeypat
     assert lora_study.chosen_lr("full") == lora_study.FULL_LR
     with pytest.raises(SystemExit, match="run --pilot first"):
         lora_study.chosen_lr("lora8")
+
+
+def test_the_numbers_docs_quote_are_the_reports():
+    """docs/lab.md's LoRA result quotes results/lab/lora_study.md, which the script writes
+    from the kept runs: every decimal number in it is one of the report's."""
+    import re
+
+    with open(os.path.join(HERE, "..", "docs", "lab.md")) as f:
+        docs = f.read()
+    section = docs.split("## LoRA against full fine-tuning", 1)[1].split("\n## ", 1)[0]
+    result = section.split("**Result**", 1)[1]
+    with open(os.path.join(HERE, "..", "results", "lab", "lora_study.md")) as f:
+        report = f.read()
+    number = re.compile(r"-?\d+\.\d+")
+    quoted = set(number.findall(result))
+    assert quoted and quoted <= set(number.findall(report)), quoted - set(number.findall(report))
