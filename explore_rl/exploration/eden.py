@@ -273,7 +273,8 @@ def _user_tokens(tok, words: str) -> list[int]:
 def screen(
     ctx: StepContext, candidates: list[int], e: EDEN.Spec, seed: int
 ) -> tuple[list[int], dict]:
-    """The viable candidates (module docstring); the bank ids and the screen's numbers."""
+    """The viable candidates (module docstring), their probe rollouts drawn from `seed`;
+    the bank ids and the screen's numbers."""
     problems = ctx.train_set[: e.probe_prompts]
     n = e.probe_samples
     routes = [None, *candidates]  # None: the clean route
