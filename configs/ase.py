@@ -40,9 +40,9 @@ def get_config(arg: str | None = None):
         e.min_pairs, e.interval, e.capacity, e.kmeans_init = 3, 1, 32, 2
     elif scale in ("demo", "lab", "lab2"):  # ~4 pairs a step: an update every 3-4 steps
         e.min_pairs, e.interval, e.capacity = 12, 3, 256
-        if scale != "demo":  # the pilot's rule (docs/lab.md, results/lab/pilot_ase.md): the
-            # smallest alpha of 0.5-4 whose steered tokens' KL(mu, pi_old) is >= 0.01 nats
-            # (lab2: the lab's pilot's, until a pilot on lab2's base model says otherwise)
+        if scale != "demo":  # the pilot's rule (docs/lab.md): the smallest alpha of 0.5-4
+            # whose steered tokens' KL(mu, pi_old) is >= 0.01 nats; 4 at lab and at lab2
+            # (results/lab/pilot_ase.md, results/lab/pilot_lab2.md)
             e.alpha = 4.0
     else:  # ASE paper, Sec. 4.1 and App. B-C (its Tables 7-9 are not in the text we cite)
         c.model.path = "models/Qwen3-1.7B-Base"  # Sec. 4.1: Qwen3-1.7B-Base (and 8B)
