@@ -245,15 +245,22 @@ def commit() -> str | None:
     return head.stdout.strip() + ("+" if changed else "")
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", default="runs/lab-study")
-    p.add_argument("--kept", default=KEPT, help="the finished runs' numbers (committed)")
+def parser(doc: str, runs: str, kept: str, figures: str, arms: list, default: list):
+    """A study's command line: where its runs go and are kept, its report and figures, the
+    arms (of `arms`, `default` unless named) and seeds to run, or only the report."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--runs", default=runs)
+    p.add_argument("--kept", default=kept, help="the finished runs' numbers (committed)")
     p.add_argument("--out", default="results/lab")
-    p.add_argument("--figures", default=FIGURES)
-    p.add_argument("--arms", nargs="+", default=STUDY, choices=list(ARMS))
+    p.add_argument("--figures", default=figures)
+    p.add_argument("--arms", nargs="+", default=default, choices=arms)
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     p.add_argument("--report", action="store_true", help="only the report of the runs there are")
+    return p
+
+
+def main(argv=None) -> None:
+    p = parser(__doc__, "runs/lab-study", KEPT, FIGURES, list(ARMS), STUDY)
     p.add_argument("--pilot", choices=("extra", "ase"), help="a pilot of docs/lab.md")
     args = p.parse_args(argv)
 
@@ -668,15 +675,24 @@ def checks(done: dict) -> list[str]:
     return out
 
 
-def _screen(path: str) -> str | None:
-    """A kept EDEN run's anchor screen in words (eden_bank.json), None without one."""
+def screened(path: str) -> tuple[int, list[float], float] | None:
+    """A kept EDEN run's anchor screen (eden_bank.json): how many candidates are viable
+    (accuracy at least the clean accuracy less the tolerance, as recorded there), every
+    candidate's accuracy and the clean accuracy; None without one."""
     try:
         with open(os.path.join(path, "eden_bank.json")) as f:
             b = json.load(f)
     except OSError:
         return None
     clean, scores = b["clean_accuracy"], [c["accuracy"] for c in b["candidates"]]
-    viable = sum(a >= clean - b["tolerance"] for a in scores)
+    return sum(a >= clean - b["tolerance"] for a in scores), scores, clean
+
+
+def _screen(path: str) -> str | None:
+    """A kept EDEN run's anchor screen in words (eden_bank.json), None without one."""
+    if (screen := screened(path)) is None:
+        return None
+    viable, scores, clean = screen
     return (f"{viable} of {len(scores)} candidates viable (clean accuracy {clean:.3f}, the "
             f"best candidate's {max(scores):.3f})")  # fmt: skip
 

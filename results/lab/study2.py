@@ -21,7 +21,6 @@ the report (`<out>/study2.md`) and its figures are written from the kept runs al
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import json
@@ -98,14 +97,7 @@ def run(runs: str, kept: str, arms: list[str], seeds: list[int]) -> None:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", default="runs/lab-study2")
-    p.add_argument("--kept", default=KEPT, help="the finished runs' numbers (committed)")
-    p.add_argument("--out", default="results/lab")
-    p.add_argument("--figures", default=FIGURES)
-    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
-    p.add_argument("--report", action="store_true", help="only the report of the runs there are")
+    p = lab_study.parser(__doc__, "runs/lab-study2", KEPT, FIGURES, list(ARMS), list(ARMS))
     args = p.parse_args(argv)
 
     from explore_rl import caching
@@ -159,21 +151,9 @@ def _mechanisms(run) -> dict[str, float]:
             if (x := series(f"extra/{key}", RECURRING)) is not None:
                 out[key] = float(x.mean())
     if "eden" in run.methods:
-        out["viable"] = _viable(run.path)
+        screen = lab_study.screened(run.path)  # its viable anchors, as recorded
+        out["viable"] = None if screen is None else float(screen[0])
     return out
-
-
-def _viable(path: str) -> float | None:
-    """EDEN's anchor screen (eden_bank.json): the candidates whose accuracy meets its
-    threshold as recorded there (the clean accuracy less the tolerance)."""
-    try:
-        with open(os.path.join(path, "eden_bank.json")) as f:
-            b = json.load(f)
-    except OSError:
-        return None
-    return float(
-        sum(c["accuracy"] >= b["clean_accuracy"] - b["tolerance"] for c in b["candidates"])
-    )
 
 
 # eval.diversity's fixed-count measures: of all n responses and of the first m correct (the
