@@ -200,7 +200,7 @@ def t_interval(values, level: float = 0.95) -> tuple[float, float, float]:
     mean, sd, n = _mean_sd(values)
     if n < 2:
         return mean, float("nan"), float("nan")
-    half = float(scipy.stats.t.ppf((1 + level) / 2, n - 1)) * sd / np.sqrt(n)
+    half = float(scipy.stats.t.ppf((1 + level) / 2, n - 1) * sd / np.sqrt(n))
     return mean, mean - half, mean + half
 
 

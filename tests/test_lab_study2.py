@@ -155,6 +155,8 @@ def test_the_verdict_rule_on_each_branch():
     assert study2.verdict(_stats([-0.03, -0.04, -0.05])) == "worse"
     assert study2.verdict(_stats([-0.001, 0.0, 0.001])) == "no difference of 0.02 or more"
     assert study2.verdict(_stats([-0.1, 0.0, 0.1])) == "not resolved"
+    # (-0.005, 0.025): above -0.02 but not below 0.02, and containing 0
+    assert study2.verdict(_stats([0.004, 0.01, 0.016])) == "not resolved"
     assert study2.verdict(_stats([0.05])) == "not resolved"  # one seed: no interval
     # the paired t interval: mean 0.04, sd 0.01, t_{0.975, 2} = 4.303
     half = 4.302653 * 0.01 / 3**0.5  # t_{0.975, 2} x sd / sqrt(n)
@@ -235,7 +237,7 @@ def test_the_runner_end_to_end_at_smoke_size(tmp_path, monkeypatch):
     monkeypatch.setattr(base_model, "resolve", lambda c: resolve(smoke(c)))
     first, sweep = study2.EVALUATIONS
     quick = (
-        study2.lab_study.Evaluation(samples=2, prompts=4),
+        study2.lab_study.Evaluation(samples=4, prompts=4),  # diversity: m = 4 correct
         study2.lab_study.Evaluation(
             sweep.name, samples=2, diversity=False, temperatures=("0.6", "rollout"), prompts=4
         ),
