@@ -158,6 +158,7 @@ def test_the_verdict_rule_on_each_branch():
     # (-0.005, 0.025): above -0.02 but not below 0.02, and containing 0
     assert study2.verdict(_stats([0.004, 0.01, 0.016])) == "not resolved"
     assert study2.verdict(_stats([0.05])) == "not resolved"  # one seed: no interval
+    assert study2.verdict(_stats([])) == "not measured"  # no seed paired
     # the paired t interval: mean 0.04, sd 0.01, t_{0.975, 2} = 4.303
     half = 4.302653 * 0.01 / 3**0.5  # t_{0.975, 2} x sd / sqrt(n)
     assert _stats([0.03, 0.04, 0.05])[:3] == pytest.approx((0.04, 0.04 - half, 0.04 + half))
@@ -190,6 +191,29 @@ def test_ead_fixed_takes_the_kept_ead_runs_level_or_refuses(tmp_path):
             for r in _rows("ead", True)
         )))  # fmt: skip
     assert study2.ead_level(str(tmp_path)) == 0.92  # (0.9 + 0.934) / 2 = 0.917
+
+
+def test_each_arm_changes_one_thing_and_ead_fixed_runs_at_eads_level(tmp_path, monkeypatch):
+    from explore_rl.train import base_model
+
+    monkeypatch.setattr(base_model, "resolve", lambda c: c.copy_and_resolve_references())
+    configs = {arm: study2.arm_config(arm, 3, str(tmp_path)) for arm in study2.STUDY}
+    assert {a: c.rollout.temperature for a, c in configs.items()} == {
+        "grpo": 1.0, "cold": 0.7, "hot": 1.2, "ead": 1.0, "ase": 1.0, "extra": 1.0, "eden": 1.0,
+    }  # fmt: skip
+    assert {a: tuple(c.exploration.methods) for a, c in configs.items()} == {
+        "grpo": (), "cold": (), "hot": (), "ead": ("ead",), "ase": ("ase",),
+        "extra": ("extra",), "eden": ("eden",),
+    }  # fmt: skip
+    assert {c.seed for c in configs.values()} == {3}
+    assert {c.model.base for c in configs.values()} == {"configs/lab.py:sft,lab2"}
+    assert study2.arm_config("ase_random", 0).exploration.ase.directions == "random"
+    assert study2.arm_config("ase_shuffled", 0).exploration.ase.directions == "shuffled"
+    with pytest.raises(SystemExit, match="no EAD run kept"):
+        study2.arm_config("ead_fixed", 0, str(tmp_path))
+    _kept(tmp_path, "ead", 0, 0.5)  # its rollouts at 0.9 every step
+    fixed = study2.arm_config("ead_fixed", 2, str(tmp_path))
+    assert (fixed.rollout.temperature, tuple(fixed.exploration.methods)) == (0.9, ())
 
 
 def test_the_report_puts_each_methods_checks_before_its_primary_endpoint(tmp_path):

@@ -272,7 +272,9 @@ def mechanism_failed(method: str, table: dict) -> bool:
 
 def verdict(stats) -> str:
     """The primary endpoint's verdict on a paired interval (mean, low, high, ...)."""
-    _, low, high = stats[:3]
+    mean, low, high = stats[:3]
+    if not np.isfinite(mean):
+        return "not measured"
     if not (np.isfinite(low) and np.isfinite(high)):
         return "not resolved"
     if low > 0:
