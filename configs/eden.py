@@ -35,7 +35,19 @@ def _scale(c, scale):
         if scale == "lab2":  # the screen probes lab v2's 10 neutral tokens (SFT read past
             # them after the prompt: docs/lab.md), 8 of them the bank (the paper's K)
             e.pool_tokens, e.candidates, e.bank_size = ",".join(lab.NEUTRAL), 10, 8
-            e.probe_prompts = 32  # 128 rollouts a candidate: the base's accuracy is ~0.05
+            # The base's clean probe accuracy is p ~ 0.023 (docs/lab.md), so the absolute 0.1
+            # passes everything: viable is accuracy >= (1 - r) x clean, r = 0.6, on 128
+            # problems x 4 = n = 512 rollouts a route (11 routes: 5,632 rows of <= 64 tokens).
+            # With clean count C and candidate count X ~ Binomial(n, q) (on fixed problems of
+            # unequal difficulty the counts vary less, and P(C = 0) stays ~ e^(-np)): a
+            # candidate that breaks every answer (q = 0) passes only when C = 0, (1 - p)^n =
+            # 7e-6 (0.05 at the 128 of before); a neutral one (q = p) fails, X < 0.4 C, with
+            # 0.019, and more than 2 of the 10 neutral fail (the check "K = 8 viable" fails
+            # falsely) with 0.007 a seed; a candidate at p / 4 still passes with 0.22, at
+            # p / 2 with 0.67 (r = 0.5: 0.04 a seed falsely, 0.13 at p / 4; n = 1024 at
+            # r = 0.6: 1e-4 and 0.13, at twice the rows)
+            e.tolerance_mode, e.tolerance = "relative", 0.6
+            e.probe_prompts, e.probe_samples = 128, 4
     else:  # EDEN paper: Qwen2.5-Math-1.5B, 12 clean + 4 noisy of 16, rho 0.18, warm-up 200
         # (the rest of the setting is configs/grpo.py:paper, EDEN's GRPO baseline; EDEN paper
         # does not state its mini-batch size: 4 mini-batches a batch, as every config here)

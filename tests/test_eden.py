@@ -167,19 +167,102 @@ def test_screen_keeps_viable_candidates_in_drawn_order_and_refuses_too_few(monke
     monkeypatch.setattr(eden, "_probe", probe)
     e = eden.EDEN.Spec(bank_size=2, tolerance=0.1)
     ctx = base.StepContext(None, None, _Tok(), None, 0, train_set=[None] * 8)
-    ids, report = eden.screen(ctx, [12, 11, 14, 13, 15], e)
+    ids, report = eden.screen(ctx, [12, 11, 14, 13, 15], e, 0)
     assert ids == [11, 13] and report["clean_accuracy"] == 0.5
+    assert report["threshold"] == pytest.approx(0.4) and report["tolerance_mode"] == "absolute"
     # only 11, 13 and 15 viable for a bank of 4: refused, naming the count and the remedies
     e = dataclasses.replace(e, bank_size=4)
     with pytest.raises(ValueError) as refused:
-        eden.screen(ctx, [12, 11, 14, 13, 15], e)
+        eden.screen(ctx, [12, 11, 14, 13, 15], e, 0)
     message = str(refused.value)
-    assert message.startswith("EDEN: 3 of 5 candidates viable (accuracy >= clean 0.500")
+    assert message.startswith(
+        "EDEN: 3 of 5 candidates viable (accuracy >= 0.4000 = clean 0.5000 - tolerance 0.1;"
+    )
     assert "the bank needs K = 4" in message and "allow_unviable=True" in message
     assert "\n" not in message
     # allowed: topped up with the most accurate other, with a warning
-    ids, _ = eden.screen(ctx, [12, 11, 14, 13, 15], dataclasses.replace(e, allow_unviable=True))
+    ids, _ = eden.screen(ctx, [12, 11, 14, 13, 15], dataclasses.replace(e, allow_unviable=True), 0)
     assert ids == [11, 13, 15, 14] and "3 of 5 candidates viable" in caplog.text
+
+
+def test_threshold_absolute_and_relative_with_their_boundaries():
+    # absolute: clean - tolerance; relative: (1 - tolerance) x clean
+    assert eden.threshold(0.5, 0.1) == pytest.approx(0.4)
+    assert eden.threshold(0.5, 0.1, "relative") == pytest.approx(0.45)
+    # a low-accuracy base: the absolute margin is below zero (0 passes), the relative is not
+    assert eden.threshold(0.023, 0.1) < 0 < eden.threshold(0.023, 0.6, "relative")
+    assert eden.threshold(0.0, 0.6, "relative") < 0  # nothing solved: nothing to tell apart
+    # an accuracy on the line is viable, one just below it is not, whatever the rounding:
+    # (1 - 0.7) x 0.1 is 0.030000000000000006 in floats
+    for mode, tol in (("relative", 0.7), ("absolute", 0.07)):
+        limit = eden.threshold(10 / 100, tol, mode)
+        assert 3 / 100 >= limit and 3 / 100 - 1e-6 < limit, mode
+    spec = config_lib.spec(eden_config.get_config("smoke"))
+    ((_, e),) = spec.methods
+    for bad, refusal in (
+        ({"tolerance_mode": "ratio"}, "tolerance_mode='ratio': allowed"),
+        ({"tolerance_mode": "relative", "tolerance": 1.5}, r"tolerance=1.5: must be in \[0, 1.0\]"),
+        ({"tolerance": -0.1}, r"tolerance=-0.1: must be in \[0, inf\] \(absolute\)"),
+        ({"bank_seed": -2}, "bank_seed=-2: a seed >= 0, or -1"),
+    ):
+        with pytest.raises(ValueError, match=refusal):
+            eden.EDEN.check(dataclasses.replace(e, **bad), spec)
+
+
+def test_a_relative_tolerance_refuses_a_breaking_anchor_the_absolute_one_passes(monkeypatch):
+    """Lab v2's base solves 2.3% of the probe: under an absolute 0.1 a candidate that breaks
+    every answer is viable; under lab2's relative 0.6 it is refused, with the threshold."""
+    scores = {None: 0.023, 11: 0.027, 12: 0.0, 13: 0.018}
+    monkeypatch.setattr(
+        eden, "_probe", lambda ctx, problems, routes, n, rng: [scores[r] for r in routes]
+    )
+    ctx = base.StepContext(None, None, _Tok(), None, 0, train_set=[None] * 8)
+    absolute = eden.EDEN.Spec(bank_size=3)
+    ids, _ = eden.screen(ctx, [11, 12, 13], absolute, 0)
+    assert ids == [11, 12, 13]  # the breaking 12 included
+    lab2 = eden_config.get_config("lab2").exploration.eden
+    relative = dataclasses.replace(
+        absolute, tolerance=lab2.tolerance, tolerance_mode=lab2.tolerance_mode
+    )
+    with pytest.raises(ValueError) as refused:
+        eden.screen(ctx, [11, 12, 13], relative, 0)
+    assert str(refused.value).startswith(
+        "EDEN: 2 of 3 candidates viable (accuracy >= 0.0092 = (1 - tolerance 0.6) x clean 0.0230;"
+    )
+    ids, report = eden.screen(ctx, [11, 12, 13], dataclasses.replace(relative, bank_size=2), 0)
+    assert ids == [11, 13] and report["threshold"] == pytest.approx(0.4 * 0.023)
+    assert report["tolerance_mode"] == "relative" and report["tolerance"] == 0.6
+
+
+def test_bank_seed_follows_the_run_seed_unless_given(monkeypatch):
+    """By default each run seed draws its own candidates and probe rollouts; the same seed
+    the same screen; an explicit bank_seed pins it whatever the run's seed."""
+    probed = []
+
+    def probe(ctx, problems, routes, n, rng):
+        probed.append((tuple(routes), tuple(np.asarray(jax.random.key_data(rng)).ravel())))
+        return [0.5] * len(routes)
+
+    monkeypatch.setattr(eden, "_probe", probe)
+    c = eden_config.get_config("smoke")
+    c.exploration.eden.pool, c.exploration.eden.candidates = "all", 8
+    spec = config_lib.spec(c)
+    ((_, settings),) = spec.methods
+    assert settings.bank_seed == -1  # the default: the run's
+    tok = Tokenizer.from_hf_folder(lab.FOLDER)  # 20 ordinary tokens to draw 8 from
+
+    def screened(seed, bank_seed=-1):
+        probed.clear()
+        run = dataclasses.replace(spec, seed=seed)
+        ex = eden.EDEN(dataclasses.replace(settings, bank_seed=bank_seed), run)
+        ctx = base.StepContext({"embed": jnp.zeros((32, 4))}, None, tok, run, 0, [None] * 2)
+        ex.init(ctx)
+        return list(probed)
+
+    assert screened(0) == screened(0)
+    first, second = screened(0), screened(1)
+    assert first[0][0] != second[0][0] and first[0][1] != second[0][1]  # order and keys
+    assert screened(0, bank_seed=5) == screened(1, bank_seed=5)
 
 
 class _Tok:

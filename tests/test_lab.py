@@ -146,6 +146,9 @@ def test_edens_lab2_screen_draws_its_candidates_from_the_neutral_tokens():
         10,
         8,
     )
+    # the relative threshold and the 512 rollouts a route of its stated calculation
+    assert (settings.tolerance_mode, settings.tolerance) == ("relative", 0.6)
+    assert settings.probe_prompts * settings.probe_samples == 512
     tok = Tokenizer.from_hf_folder(spec.model.path)
     ids = eden.EDEN(settings, spec).pool_ids(tok)
     assert [tok.decode([i]) for i in ids] == list(lab.NEUTRAL)
@@ -157,6 +160,7 @@ def test_edens_lab2_screen_draws_its_candidates_from_the_neutral_tokens():
     v1 = config_lib.resolve(config_lib.load("configs/eden.py:lab"))
     ((_, settings),) = v1.methods
     assert settings.pool_tokens == "" and settings.bank_size == 8
+    assert (settings.tolerance_mode, settings.tolerance) == ("absolute", 0.1)
     assert len(eden.EDEN(settings, v1).pool_ids(Tokenizer.from_hf_folder(lab.FOLDER))) == 20
 
 

@@ -289,7 +289,11 @@ def test_the_prefix_experiment_mines_every_response_and_scores_its_choice():
 
 # Settings added to the methods after study 1 ran, with the behaviour study 1 ran with: its
 # arms must name these (their kept config.json files predate the settings)
-STUDY1_RULES = {"exploration.extra.mine": "lowest", "exploration.eden.allow_unviable": True}
+STUDY1_RULES = {
+    "exploration.extra.mine": "lowest",
+    "exploration.eden.allow_unviable": True,
+    "exploration.eden.bank_seed": 0,
+}
 
 
 def test_study_1s_arms_are_the_runs_it_kept(monkeypatch):

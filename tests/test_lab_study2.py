@@ -133,6 +133,12 @@ def test_the_checks_read_what_the_spec_names(tmp_path):
     assert extra["guided_share"] == pytest.approx(1 / 16)
     eden = _table(tmp_path, "eden", True, viable=9)["eden"][0]
     assert eden["viable"] == 9 and eden["noisy_ratio"] == pytest.approx(0.6)
+    # lab2's relative screen: viable at (1 - 0.6) x clean 0.025 = 0.01 or more, as recorded
+    scores = (0.01, 0.009, 0.03)
+    bank = {"clean_accuracy": 0.025, "tolerance": 0.6, "tolerance_mode": "relative",
+            "candidates": [{"id": i, "accuracy": a} for i, a in enumerate(scores)]}  # fmt: skip
+    (tmp_path / "eden-s0" / "eden_bank.json").write_text(json.dumps(bank))
+    assert study2.lab_study.screened(str(tmp_path / "eden-s0"))[0] == 2
 
 
 def test_edens_viable_count_must_hold_on_every_seed():

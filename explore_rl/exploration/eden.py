@@ -18,17 +18,23 @@ The bank (our viability screen; the paper says only "screened for viability"):
   1. lexical: vocabulary tokens whose raw piece is a word-initial marker ("Ġ" byte-level
      BPE, "▁" sentencepiece) followed by 3+ ASCII letters: no special, whitespace, digit,
      punctuation or sub-word pieces;
-  2. `candidates` of those, drawn with `bank_seed` (`pool_tokens` names the pool instead:
-     lab v2's neutral tokens, which its SFT taught the model to read past);
+  2. `candidates` of those, drawn with `bank_seed` (by default the run's seed, so each seed
+     screens its own draw; `pool_tokens` names the pool instead: lab v2's neutral tokens,
+     which its SFT taught the model to read past);
   3. probe: on the first `probe_prompts` training problems, `probe_samples` rollouts per
-     candidate with the noise-free anchor appended, at temperature 1; a candidate is viable
-     when its accuracy is at least the clean accuracy on the same problems minus
-     `tolerance`; the bank is the first K viable candidates in the drawn order. Fewer than
-     K viable is refused (the noisy rows would carry an anchor that breaks the answer),
-     unless `allow_unviable` tops the bank up with the most accurate others, with a warning.
+     candidate with the noise-free anchor appended, at temperature 1 (keys from the same
+     seed); a candidate is viable when its accuracy is at least the threshold `threshold`
+     computes from the clean accuracy on the same problems: clean - `tolerance`
+     ("absolute", the default) or (1 - `tolerance`) x clean ("relative": a base that
+     solves a few percent passes every candidate under an absolute margin of 0.1, one that
+     breaks every answer included); the bank is the first K viable candidates in the drawn
+     order. Fewer than K viable is refused (the noisy rows would carry an anchor that
+     breaks the answer), unless `allow_unviable` tops the bank up with the most accurate
+     others, with a warning.
 `bank_tokens` skips the screen with the user's own comma-separated words. The bank (ids
 and embedding vectors, taken once from the initial policy) is part of the checkpointed
-state, and written to `eden_bank.json` in the run directory with the screen's numbers.
+state, and written to `eden_bank.json` in the run directory with the screen's numbers and
+the threshold it used.
 
 Ablations (`anchor`): "bank" (EDEN), "none" (noise alone, norm-matched: ||eps|| = ||a||
 for the prompt's drawn anchor), "per_rollout" (each noisy rollout its own token from the
@@ -63,6 +69,7 @@ from explore_rl.spec import RunSpec
 ANCHORS = ("bank", "none", "per_rollout", "fixed_random")
 WORD_MARKERS = ("Ġ", "▁")
 POOLS = ("words", "all")
+TOLERANCES = ("absolute", "relative")
 
 
 @register("eden")
@@ -83,7 +90,8 @@ class EDEN(Explorer):
         gamma: float = 0.5  # scale of kept noisy rows' advantages
         anchor: str = "bank"  # bank | none | per_rollout | fixed_random (ablations)
         bank_size: int = 8  # K
-        bank_seed: int = 0  # draws the screen's candidates
+        # draws the screen's candidates and its probe rollouts; -1 = the run's seed
+        bank_seed: int = -1
         bank_tokens: str = ""  # comma-separated words for the bank; "" = screen the vocabulary
         # the screen's pool: "words" (whole-word tokens) | "all" (every token but the
         # special ones: a character vocabulary's, which has no words)
@@ -93,7 +101,10 @@ class EDEN(Explorer):
         candidates: int = 32  # tokens probed by the screen
         probe_prompts: int = 8  # training problems in the screen's probe set
         probe_samples: int = 4  # rollouts per candidate and problem
-        tolerance: float = 0.1  # viable: accuracy >= clean accuracy - tolerance
+        # viable: accuracy >= clean - tolerance ("absolute") or (1 - tolerance) x clean
+        # ("relative"; tolerance in [0, 1]): `threshold`
+        tolerance: float = 0.1
+        tolerance_mode: str = "absolute"
         # fewer than K viable: top the bank up with the most accurate others (ours), or refuse
         allow_unviable: bool = False
 
@@ -107,6 +118,16 @@ class EDEN(Explorer):
         _require(e.gamma >= 0, f"gamma={e.gamma}: must be >= 0")
         _require(e.bank_size >= 1, f"bank_size={e.bank_size}: need at least 1")
         _require(e.pool in POOLS, f"pool={e.pool!r}: allowed {POOLS}")
+        _require(e.bank_seed >= -1, f"bank_seed={e.bank_seed}: a seed >= 0, or -1 (the run's)")
+        _require(
+            e.tolerance_mode in TOLERANCES,
+            f"tolerance_mode={e.tolerance_mode!r}: allowed {TOLERANCES}",
+        )
+        most = 1.0 if e.tolerance_mode == "relative" else math.inf
+        _require(
+            0 <= e.tolerance <= most,
+            f"tolerance={e.tolerance}: must be in [0, {most}] ({e.tolerance_mode})",
+        )
         words = [w for w in e.bank_tokens.split(",") if w.strip()]
         _require(
             not words or len(words) == e.bank_size,
@@ -134,8 +155,13 @@ class EDEN(Explorer):
             "vectors": jnp.zeros((self.slots, ctx.cfg.d_model), jnp.float32),
         }
 
+    @property
+    def bank_seed(self) -> int:
+        """The screen's seed: `bank_seed`, or the run's seed where it is -1."""
+        return self.spec.seed if self.settings.bank_seed < 0 else self.settings.bank_seed
+
     def init(self, ctx: StepContext):
-        e, rng = self.settings, np.random.default_rng(self.settings.bank_seed)
+        e, rng = self.settings, np.random.default_rng(self.bank_seed)
         if e.anchor == "fixed_random":
             ids, report = [int(rng.choice(self.pool_ids(ctx.tok)))], {"fixed_random": True}
         elif e.bank_tokens:
@@ -143,7 +169,7 @@ class EDEN(Explorer):
         else:
             pool = self.pool_ids(ctx.tok)
             drawn = rng.choice(pool, size=min(e.candidates, len(pool)), replace=False)
-            ids, report = screen(ctx, [int(i) for i in drawn], self.settings)
+            ids, report = screen(ctx, [int(i) for i in drawn], e, self.bank_seed)
         state = {
             "ids": jnp.asarray(ids, jnp.int32),
             "vectors": jnp.asarray(ctx.params["embed"][jnp.asarray(ids)], jnp.float32),
@@ -244,23 +270,28 @@ def _user_tokens(tok, words: str) -> list[int]:
     return ids
 
 
-def screen(ctx: StepContext, candidates: list[int], e: EDEN.Spec) -> tuple[list[int], dict]:
-    """The viable candidates (module docstring); the bank ids and the screen's numbers."""
+def screen(
+    ctx: StepContext, candidates: list[int], e: EDEN.Spec, seed: int
+) -> tuple[list[int], dict]:
+    """The viable candidates (module docstring), their probe rollouts drawn from `seed`;
+    the bank ids and the screen's numbers."""
     problems = ctx.train_set[: e.probe_prompts]
     n = e.probe_samples
     routes = [None, *candidates]  # None: the clean route
     acc = []
     per_call = max(1, 256 // (len(problems) * n))  # routes per sampler call: <= 256 rows
+    key = jax.random.key(seed)
     for start in tqdm(range(0, len(routes), per_call), desc="EDEN bank screen", leave=False):
         chunk = routes[start : start + per_call]
-        acc += _probe(ctx, problems, chunk, n, jax.random.key(e.bank_seed + start))
+        acc += _probe(ctx, problems, chunk, n, jax.random.fold_in(key, start))
     clean, scores = acc[0], dict(zip(candidates, acc[1:]))
-    viable = [i for i in candidates if scores[i] >= clean - e.tolerance]
+    limit = threshold(clean, e.tolerance, e.tolerance_mode)
+    viable = [i for i in candidates if scores[i] >= limit]
     ids = viable[: e.bank_size]
     if len(ids) < e.bank_size:
         found = (
-            f"EDEN: {len(viable)} of {len(candidates)} candidates viable (accuracy >= clean "
-            f"{clean:.3f} - tolerance {e.tolerance}; the best {max(scores.values()):.3f})"
+            f"EDEN: {len(viable)} of {len(candidates)} candidates viable (accuracy >= "
+            f"{limit:.4f} = {_rule(clean, e)}; the best {max(scores.values()):.4f})"
         )
         if not e.allow_unviable:
             raise ValueError(
@@ -275,11 +306,31 @@ def screen(ctx: StepContext, candidates: list[int], e: EDEN.Spec) -> tuple[list[
     report = {
         "clean_accuracy": clean,
         "tolerance": e.tolerance,
+        "tolerance_mode": e.tolerance_mode,
+        "threshold": limit,
+        "bank_seed": seed,
         "candidates": [
             {"id": i, "token": ctx.tok.decode([i]), "accuracy": scores[i]} for i in candidates
         ],
     }
     return ids, report
+
+
+def threshold(clean: float, tolerance: float, mode: str = "absolute") -> float:
+    """The accuracy a candidate needs to be viable (our rule; the EDEN paper says only
+    "screened for viability"): clean - tolerance ("absolute"), or (1 - tolerance) x clean
+    ("relative": at a clean accuracy of a few percent an absolute margin of 0.1 is below
+    zero, and every candidate passes). Less 1e-9: accuracies are fractions k / n, and one
+    on the line stays viable whatever the rounding ((1 - 0.7) x 0.1 = 0.030000000000000006)."""
+    exact = clean - tolerance if mode == "absolute" else (1 - tolerance) * clean
+    return exact - 1e-9
+
+
+def _rule(clean: float, e: EDEN.Spec) -> str:
+    """`threshold`'s rule in words, with its numbers."""
+    if e.tolerance_mode == "absolute":
+        return f"clean {clean:.4f} - tolerance {e.tolerance}"
+    return f"(1 - tolerance {e.tolerance}) x clean {clean:.4f}"
 
 
 def _probe(ctx: StepContext, problems, routes, n: int, rng) -> list[float]:

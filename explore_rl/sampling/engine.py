@@ -357,7 +357,9 @@ def _chunk(
         return i + 1, s
 
     ran, slots = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), slots))
-    # what the host reads between chunks and at the end, whole on every device
+    # what the host reads between chunks (`done`) and at the end, whole on every device.
+    # Unlike the one pass's rows, `out` is whole on every device inside the loop already
+    # (a slot writes whichever row it holds), so pinning it gathers nothing
     return slots.replace(
         cache=sampler.window_merge(whole, slots.cache, window),
         done=parallel.replicated(slots.done),

@@ -434,7 +434,8 @@ def start(
         out=empty_samples(cfg, b, n_new, readout),
     )
     first = choose(transformer.lm_logits(params, cfg, last), temperature[:, 0], u[0], config)
-    return _record(state, first, config.stop_ids), u
+    state = _record(state, first, config.stop_ids)
+    return state.replace(out=_on_rows(state.out)), u
 
 
 def empty_samples(cfg, rows: int, n_new: int, readout: bool) -> Samples:
@@ -497,7 +498,8 @@ def decode(
     compiled segment a window, the window 0 program being the last: at most
     ceil(log2(T / window)) + 1 programs a call shape, each compiled when a call first
     reaches it; the host reads `done` between segments and stops once every row has
-    stopped. The tokens are window 0's and the floats agree to rounding, for the engine's
+    stopped, and only then gathers the rollout's rows from their devices (one program
+    more). The tokens are window 0's and the floats agree to rounding, for the engine's
     reason (its docstring). Host-side because the in-graph ways (a traced trip
     count over tiles, a switch over static prefixes) were slower (docs/benchmarks_log.md)."""
     n_new, w = temperature.shape[1], 0
@@ -506,7 +508,7 @@ def decode(
         state = decode_segment(params, cfg, state, temperature, uniforms, config, interventions, w)
         # a segment of window w runs steps 0 .. w - 1; the last step is T - 2
         if w >= n_new - 1 or bool(np.all(np.asarray(state.done))):
-            return state.out
+            return _gathered(state.out)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "config", "window"), donate_argnames=("state",))
@@ -541,8 +543,19 @@ def decode_segment(
     state = jax.lax.while_loop(cond, body, state)
     if window < n_new:
         state = state.replace(cache=window_merge(whole, state.cache, window))
-    # what the host reads between segments and at the end, whole on every device
-    return state.replace(done=parallel.replicated(state.done), out=parallel.replicated(state.out))
+    # the host reads `done` between segments: whole on every device; `out` stays on its
+    # rows' devices until `decode` gathers it once, at the end
+    return state.replace(done=parallel.replicated(state.done), out=_on_rows(state.out))
+
+
+def _on_rows(out: Samples) -> Samples:
+    """`out` with its rows where the mesh in use puts a batch's (`parallel.constrain`):
+    `start` and every segment return it so, one sharding from segment to segment."""
+    return jax.tree.map(lambda x: parallel.constrain(x, "batch", *[None] * (x.ndim - 1)), out)
+
+
+# A rollout whole on every device, for the host (on one device: the arrays as they are).
+_gathered = jax.jit(parallel.replicated)
 
 
 def greedy(

@@ -39,8 +39,9 @@ FOUR = {"task.name": "countdown", "task.countdown.inputs": 4}  # drawn in code, 
 # the default since is the paper's every rollout): its arms keep the rule they ran with
 LOWEST = {"exploration.extra.mine": "lowest"}
 # study 1's EDEN screen found no viable anchor (docs/lab.md) and topped its bank up with the
-# most accurate others, as the screen then did; it refuses that since unless allowed
-UNVIABLE = {"exploration.eden.allow_unviable": True}
+# most accurate others, as the screen then did (it refuses that since unless allowed), and
+# drew its candidates with seed 0 whatever the run's (the default since is the run's)
+EDEN1 = {"exploration.eden.allow_unviable": True, "exploration.eden.bank_seed": 0}
 
 # arm -> (config, overrides): the arms of docs/lab.md, each the lab's GRPO setting with one
 # thing changed (the same base model, rollout budget and evaluation)
@@ -50,8 +51,8 @@ ARMS = {
     "hot": ("configs/controls.py:temperature,lab", {}),
     "clip_higher": ("configs/controls.py:clip_higher,lab", {}),
     "ead": ("configs/ead.py:lab", {}),
-    "eden": ("configs/eden.py:lab", UNVIABLE),
-    "eden_ead": ("configs/eden.py:lab", {**UNVIABLE, "+ead": "configs/ead.py:lab"}),
+    "eden": ("configs/eden.py:lab", EDEN1),
+    "eden_ead": ("configs/eden.py:lab", {**EDEN1, "+ead": "configs/ead.py:lab"}),
     "ase": ("configs/ase.py:lab", {}),
     "ase_unstructured": ("configs/ase.py:unstructured,lab", {}),
     # ExTra-R cuts a response at its line ends but the last: a 3-number answer (2 lines)
@@ -65,7 +66,7 @@ ARMS = {
     "extra_r": ("configs/extra.py:regen,lab", LOWEST),  # the pilot's only
     # a follow-up, written in docs/lab.md before it ran: EDEN with EAD's TIS cap and nothing
     # else changed, whether EDEN's collapse is its noisy rows entering the update uncorrected
-    "eden_tis": ("configs/eden.py:lab", {**UNVIABLE, "rl.tis_cap": 2.0}),
+    "eden_tis": ("configs/eden.py:lab", {**EDEN1, "rl.tis_cap": 2.0}),
 }
 FOLLOW_UPS = ["eden_tis"]
 PREREGISTERED = [a for a in ARMS if a not in ("extra_r", *FOLLOW_UPS)]
@@ -677,15 +678,18 @@ def checks(done: dict) -> list[str]:
 
 def screened(path: str) -> tuple[int, list[float], float] | None:
     """A kept EDEN run's anchor screen (eden_bank.json): how many candidates are viable
-    (accuracy at least the clean accuracy less the tolerance, as recorded there), every
-    candidate's accuracy and the clean accuracy; None without one."""
+    (accuracy at least the threshold of the tolerance recorded there, `eden.threshold`),
+    every candidate's accuracy and the clean accuracy; None without one."""
     try:
         with open(os.path.join(path, "eden_bank.json")) as f:
             b = json.load(f)
     except OSError:
         return None
+    from explore_rl.exploration.eden import threshold
+
     clean, scores = b["clean_accuracy"], [c["accuracy"] for c in b["candidates"]]
-    return sum(a >= clean - b["tolerance"] for a in scores), scores, clean
+    limit = threshold(clean, b["tolerance"], b.get("tolerance_mode", "absolute"))
+    return sum(a >= limit for a in scores), scores, clean
 
 
 def _screen(path: str) -> str | None:
