@@ -15,7 +15,8 @@ seeds).
 A run's held-out result is its final evaluation: a `--mode eval` written into its own
 folder (eval.json, e.g. more samples than during training), else its last evaluation during
 training. Intervals (`bootstrap_interval`, `paired`) are percentile bootstraps over seeds;
-against a baseline they resample paired differences (the same seed of both). Planning a
+against a baseline they resample paired differences (the same seed of both); `t_interval`
+is Student's t interval, which `paired` takes in the bootstrap's place. Planning a
 comparison: `detectable(sd, n)` is the smallest effect n paired seeds detect at 80% power
 (paired t-test, level 0.05) when the paired differences have standard deviation sd, and
 `seeds_for(effect, sd)` the seeds an effect needs.
@@ -192,17 +193,29 @@ def bootstrap_interval(
     return float(v.mean()), float(low), float(high)
 
 
+def t_interval(values, level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of `values` (one per seed) and its Student t interval at
+    `level`, mean -+ t_{(1 + level)/2, n-1} sd / sqrt(n); of paired differences, the paired
+    t interval. The interval NaN under 2 values, all NaN with none."""
+    mean, sd, n = _mean_sd(values)
+    if n < 2:
+        return mean, float("nan"), float("nan")
+    half = float(scipy.stats.t.ppf((1 + level) / 2, n - 1) * sd / np.sqrt(n))
+    return mean, mean - half, mean + half
+
+
 def differences(arm: dict[int, float], baseline: dict[int, float]) -> dict[int, float]:
     """Arm minus baseline on each seed both have a finite value for (`{seed: value}`)."""
     seeds = sorted(s for s in set(arm) & set(baseline) if finite(arm[s]) and finite(baseline[s]))
     return {s: arm[s] - baseline[s] for s in seeds}
 
 
-def paired(arm: dict[int, float], baseline: dict[int, float], **kwargs):
+def paired(arm: dict[int, float], baseline: dict[int, float], interval=None, **kwargs):
     """(mean, low, high, n) of arm minus baseline over the seeds both have (`{seed: value}`),
-    the interval a paired bootstrap's (`bootstrap_interval`)."""
+    the interval `interval`'s of the differences (default: a paired bootstrap's,
+    `bootstrap_interval`; `t_interval`: the paired t)."""
     d = differences(arm, baseline)
-    return (*bootstrap_interval(list(d.values()), **kwargs), len(d))
+    return (*(interval or bootstrap_interval)(list(d.values()), **kwargs), len(d))
 
 
 def verdict(stats, direction: str, threshold: float = 0.0) -> str:

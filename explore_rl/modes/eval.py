@@ -24,19 +24,20 @@ from explore_rl.train import sizing
 from explore_rl.train.build import new_adapters
 
 
-def run_eval(spec: RunSpec, workdir: str | None) -> dict:
+def run_eval(spec: RunSpec, workdir: str | None, name: str = "eval") -> dict:
     """--mode eval: the model, or a run's checkpoint (`eval.checkpoint`, `eval.step`), on the
-    held-out benchmarks; writes eval.json and eval_responses.jsonl (every response with its
-    extracted answer) to `workdir`. Only the params (and the eval config's explorers' state,
-    for methods that act at test time) are restored: no optimizer state is allocated, and
-    the training run's methods need not be in the eval config."""
+    held-out benchmarks; writes `<name>.json` and `<name>_responses.jsonl` (every response
+    with its extracted answer) to `workdir` (a study evaluates one checkpoint several ways
+    in its run's folder, each under its own name). Only the params (and the eval config's
+    explorers' state, for methods that act at test time) are restored: no optimizer state
+    is allocated, and the training run's methods need not be in the eval config."""
     explorers = exploration.build(spec)
     # one writer per work directory, checked now, not after the whole evaluation
     with checkpoint_lib.only_writer(workdir, take=bool(workdir) and parallel.is_main_process()):
-        return _evaluate(spec, explorers, workdir)
+        return _evaluate(spec, explorers, workdir, name)
 
 
-def _evaluate(spec: RunSpec, explorers: list, workdir: str | None) -> dict:
+def _evaluate(spec: RunSpec, explorers: list, workdir: str | None, name: str) -> dict:
     mesh = spec.mesh.make()
     params, cfg, tok = spec.model.load(spec.seed, parallel.placer(mesh, family.axes))
     spec = spec.with_stop_ids(tok.stop_ids)
@@ -67,12 +68,13 @@ def _evaluate(spec: RunSpec, explorers: list, workdir: str | None) -> dict:
             params, cfg, tok, spec, test_sets, verifier, key, explorers, states, step, records
         )
     if workdir and parallel.is_main_process():
-        # the responses first, then eval.json all or nothing: its presence means the whole
+        # the responses first, then <name>.json all or nothing: its presence means the whole
         # evaluation was written (a study reads it as "this run is evaluated")
-        with open(os.path.join(workdir, "eval_responses.jsonl"), "w") as f:
+        with open(os.path.join(workdir, f"{name}_responses.jsonl"), "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
         evaluated = _evaluated(spec, test_sets, folder, step)
-        checkpoint_lib.write_json(os.path.join(workdir, "eval.json"), {**evaluated, **results}, 2)
+        out = os.path.join(workdir, f"{name}.json")
+        checkpoint_lib.write_json(out, {**evaluated, **results}, 2)
     return results
 
 

@@ -74,13 +74,14 @@ STUDY = PREREGISTERED + FOLLOW_UPS
 BASELINE = {a: "grpo4" if a.endswith("4") else "grpo" for a in ARMS}
 
 
-def arm_config(arm: str, seed: int):
-    """The arm's config at `seed`, its base model resolved. "+ead" composes EAD (its lab
-    schedule and TIS cap) after the arm's own method, as configs/eden.py's test does."""
+def arm_config(arm: str, seed: int, arms: dict | None = None):
+    """The arm's config at `seed`, its base model resolved; `arms`: {arm: (config,
+    overrides)} (default ARMS: this study's). "+ead" composes EAD (its lab schedule and TIS
+    cap) after the arm's own method, as configs/eden.py's test does."""
     from explore_rl import config as config_lib
     from explore_rl.train import base_model
 
-    path, overrides = ARMS[arm]
+    path, overrides = (arms or ARMS)[arm]
     c = config_lib.load(path)
     for key, value in overrides.items():
         if key == "+ead":
@@ -97,61 +98,99 @@ def arm_config(arm: str, seed: int):
     return base_model.resolve(c)
 
 
-def train_and_evaluate(c, path: str) -> None:
-    """The run in `path` (resumed, or read when finished), then its final evaluation."""
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """A final evaluation of a run's last checkpoint, `run_eval` in the run's folder as
+    `<name>.json`: the test problems (`prompts`: the first that many, 0 every one) x
+    `samples` at the config's eval.temperature, with the diversity measures where
+    `diversity`, and at each of `temperatures` (`eval.temperatures`; "rollout", the run's
+    own training temperature, only where that is not 1: at 1 it repeats "1")."""
+
+    name: str = "eval"
+    samples: int = FINAL_SAMPLES
+    diversity: bool = True  # distinct-4, Self-BLEU, MiniLM LogDet, the solutions' trees
+    temperatures: tuple[str, ...] = ()
+    prompts: int = 0
+
+    def config(self, c, path: str):
+        """Run config `c` made this evaluation of the checkpoints in `path`."""
+        e = c.copy_and_resolve_references()
+        e.eval.checkpoint, e.eval.samples, e.eval.num_prompts = path, self.samples, self.prompts
+        e.eval.diversity = self.diversity
+        own = c.rollout.temperature != 1
+        e.eval.temperatures = ",".join(t for t in self.temperatures if t != "rollout" or own)
+        return e
+
+    def done(self, path: str) -> bool:
+        """The run in `path` has this evaluation: `<name>.json` (written last, renamed into
+        place) of its last step with `samples` samples."""
+        try:
+            with open(os.path.join(path, f"{self.name}.json")) as f:
+                done = json.load(f)
+            with open(os.path.join(path, "config.json")) as f:
+                steps = json.load(f)["train"]["steps"]
+            return done["step"] == steps and done["sampling"]["samples"] == self.samples
+        except (OSError, ValueError, KeyError):  # none, half a file, another kind of file
+            return False
+
+
+HELD_OUT = (Evaluation(),)  # study 1's: 512 x 64 at temperature 1, eval.json
+
+
+def train_and_evaluate(c, path: str, evaluations: tuple[Evaluation, ...] = HELD_OUT) -> None:
+    """The run in `path` (resumed, or read when finished), then each of its final
+    `evaluations` not yet written."""
     from explore_rl import config as config_lib
     from explore_rl.modes.eval import run_eval
     from explore_rl.train import loop
 
     # a stop signal raises here: no evaluation of a part of a run
     loop.train(config_lib.spec(c), path)
-    if _evaluated(path):
-        return
-    e = c.copy_and_resolve_references()
-    e.eval.checkpoint, e.eval.samples, e.eval.num_prompts = path, FINAL_SAMPLES, 0
-    e.eval.diversity = True  # distinct-4, Self-BLEU, MiniLM LogDet of correct responses
-    run_eval(config_lib.spec(e), path)
+    for e in evaluations:
+        if not e.done(path):
+            run_eval(config_lib.spec(e.config(c, path)), path, e.name)
 
 
-def _evaluated(path: str) -> bool:
-    """The run in `path` has its final evaluation: eval.json (written last, renamed into
-    place) of its last step with FINAL_SAMPLES samples."""
-    try:
-        with open(os.path.join(path, "eval.json")) as f:
-            done = json.load(f)
-        with open(os.path.join(path, "config.json")) as f:
-            steps = json.load(f)["train"]["steps"]
-        return done["step"] == steps and done["sampling"]["samples"] == FINAL_SAMPLES
-    except (OSError, ValueError, KeyError):  # none, half a file, another kind of file
-        return False
+def _evaluated(path: str, evaluations: tuple[Evaluation, ...] = HELD_OUT) -> bool:
+    """The run in `path` has every one of its final `evaluations`."""
+    return all(e.done(path) for e in evaluations)
 
 
-def run_study(runs: str, kept: str, arms: list[str], seeds: list[int], config=None) -> None:
-    """Every arm's seed, seed by seed, in `runs/<arm>-s<seed>`, each kept in `kept` once
-    evaluated; a run already kept is done. `config(arm, seed)`: the run's config (default
-    `arm_config`: this study's arms)."""
+def run_study(
+    runs: str,
+    kept: str,
+    arms: list[str],
+    seeds: list[int],
+    config=None,
+    evaluations: tuple[Evaluation, ...] = HELD_OUT,
+) -> None:
+    """Every arm's seed, seed by seed, in `runs/<arm>-s<seed>`, each kept in `kept` once it
+    has its final `evaluations`; a run already kept is done. `config(arm, seed)`: the run's
+    config (default `arm_config`: this study's arms)."""
     config = config or arm_config
     program = commit()  # now: this process runs the code it imported, whatever HEAD becomes
     for seed in seeds:
         for arm in arms:
             path, saved = (os.path.join(d, f"{arm}-s{seed}") for d in (runs, kept))
-            if _evaluated(saved):
+            if _evaluated(saved, evaluations):
                 continue
             print(f"== {path}", flush=True)
-            train_and_evaluate(config(arm, seed), path)
-            keep(path, saved, program)
+            train_and_evaluate(config(arm, seed), path, evaluations)
+            keep(path, saved, program, evaluations)
 
 
-def keep(path: str, kept: str, program: str | None) -> None:
+def keep(
+    path: str, kept: str, program: str | None, evaluations: tuple[Evaluation, ...] = HELD_OUT
+) -> None:
     """What the report reads of the evaluated run in `path`, into `kept`: config.json,
-    eval.json, an EDEN run's eden_bank.json (its anchor screen), metrics.jsonl (gzip),
-    responses.json (`_responses`: the 512 x 64 responses themselves are too big to commit)
-    and machine.json (the CPU kind and `program`, the commit that ran it). Built beside and
-    renamed into place."""
+    each of its `evaluations` (eval.json), an EDEN run's eden_bank.json (its anchor
+    screen), metrics.jsonl (gzip), responses.json (`_responses`: the 512 x 64 responses
+    themselves are too big to commit) and machine.json (the CPU kind and `program`, the
+    commit that ran it). Built beside and renamed into place."""
     tmp = kept + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
-    for name in ("config.json", "eval.json"):
+    for name in ("config.json", *(f"{e.name}.json" for e in evaluations)):
         shutil.copy(os.path.join(path, name), tmp)
     if os.path.exists(bank := os.path.join(path, "eden_bank.json")):
         shutil.copy(bank, tmp)
@@ -207,15 +246,22 @@ def commit() -> str | None:
     return head.stdout.strip() + ("+" if changed else "")
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", default="runs/lab-study")
-    p.add_argument("--kept", default=KEPT, help="the finished runs' numbers (committed)")
+def parser(doc: str, runs: str, kept: str, figures: str, arms: list, default: list):
+    """A study's command line: where its runs go and are kept, its report and figures, the
+    arms (of `arms`, `default` unless named) and seeds to run, or only the report."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--runs", default=runs)
+    p.add_argument("--kept", default=kept, help="the finished runs' numbers (committed)")
     p.add_argument("--out", default="results/lab")
-    p.add_argument("--figures", default=FIGURES)
-    p.add_argument("--arms", nargs="+", default=STUDY, choices=list(ARMS))
+    p.add_argument("--figures", default=figures)
+    p.add_argument("--arms", nargs="+", default=default, choices=arms)
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     p.add_argument("--report", action="store_true", help="only the report of the runs there are")
+    return p
+
+
+def main(argv=None) -> None:
+    p = parser(__doc__, "runs/lab-study", KEPT, FIGURES, list(ARMS), STUDY)
     p.add_argument("--pilot", choices=("extra", "ase"), help="a pilot of docs/lab.md")
     args = p.parse_args(argv)
 
@@ -630,8 +676,10 @@ def checks(done: dict) -> list[str]:
     return out
 
 
-def _screen(path: str) -> str | None:
-    """A kept EDEN run's anchor screen in words (eden_bank.json), None without one."""
+def screened(path: str) -> tuple[int, list[float], float] | None:
+    """A kept EDEN run's anchor screen (eden_bank.json): how many candidates are viable
+    (accuracy at least the threshold of the tolerance recorded there, `eden.threshold`),
+    every candidate's accuracy and the clean accuracy; None without one."""
     try:
         with open(os.path.join(path, "eden_bank.json")) as f:
             b = json.load(f)
@@ -641,7 +689,14 @@ def _screen(path: str) -> str | None:
 
     clean, scores = b["clean_accuracy"], [c["accuracy"] for c in b["candidates"]]
     limit = threshold(clean, b["tolerance"], b.get("tolerance_mode", "absolute"))
-    viable = sum(a >= limit for a in scores)
+    return sum(a >= limit for a in scores), scores, clean
+
+
+def _screen(path: str) -> str | None:
+    """A kept EDEN run's anchor screen in words (eden_bank.json), None without one."""
+    if (screen := screened(path)) is None:
+        return None
+    viable, scores, clean = screen
     return (f"{viable} of {len(scores)} candidates viable (clean accuracy {clean:.3f}, the "
             f"best candidate's {max(scores):.3f})")  # fmt: skip
 
@@ -694,25 +749,31 @@ def _row(arm: str, runs: dict, columns) -> str:
     return f"| {arm} | " + " | ".join(cells) + " |"
 
 
-def report(runs: str, kept: str, out: str, figures: str = FIGURES) -> str:
-    """`<out>/study.md` and the figures in `figures` from the runs kept in `kept`, after
-    keeping those evaluated in `runs` that are not kept yet (a run counts once its final
-    evaluation is written)."""
+def kept_runs(
+    runs: str, kept: str, arms=ARMS, evaluations: tuple[Evaluation, ...] = HELD_OUT
+) -> dict:
+    """{arm: {seed: Run}} of `arms`' runs kept in `kept` with their final `evaluations`,
+    after keeping those evaluated in `runs` that are not kept yet; a one-line error when
+    there is none."""
     from explore_rl import analysis
 
     for name in sorted(os.listdir(runs)) if os.path.isdir(runs) else []:
-        if _evaluated(os.path.join(runs, name)) and not _evaluated(os.path.join(kept, name)):
-            keep(os.path.join(runs, name), os.path.join(kept, name), None)  # ran by whom?
+        path, saved = os.path.join(runs, name), os.path.join(kept, name)
+        if _evaluated(path, evaluations) and not _evaluated(saved, evaluations):
+            keep(path, saved, None, evaluations)  # ran by whom?
     done = {}
     for name in sorted(os.listdir(kept)) if os.path.isdir(kept) else []:
         arm, _, seed = name.rpartition("-s")
-        if arm in ARMS and _evaluated(os.path.join(kept, name)):
+        if arm in arms and _evaluated(os.path.join(kept, name), evaluations):
             done.setdefault(arm, {})[int(seed)] = analysis.load_run(os.path.join(kept, name))
     if not done:
         raise SystemExit(f"error: {runs}, {kept}: no finished run (eval.json) yet")
-    table = {arm: {s: values(r) for s, r in seeds.items()} for arm, seeds in done.items()}
-    complete = all(len(done.get(a, {})) >= len(SEEDS) for a in PREREGISTERED)
-    seeds = {a: sorted(v) for a, v in done.items()}
+    return done
+
+
+def ran_on(done: dict) -> str:
+    """The CPU kinds and commits that ran the runs of `done` ({arm: {seed: Run}}), each
+    with its runs' folders."""
     kinds = {}
     for run in sorted((r for s in done.values() for r in s.values()), key=lambda r: r.path):
         with open(os.path.join(run.path, "machine.json")) as f:
@@ -720,6 +781,19 @@ def report(runs: str, kept: str, out: str, figures: str = FIGURES) -> str:
         ran = m.get("commit", "before dd0a777") or "not recorded"
         kind = f"{m['cpu']} ({'AVX-512' if m['avx512'] else 'no AVX-512'}), commit {ran}"
         kinds.setdefault(kind, []).append(os.path.basename(run.path))
+    return "; ".join(f"{k}: {', '.join(v)}" for k, v in kinds.items())
+
+
+def report(runs: str, kept: str, out: str, figures: str = FIGURES) -> str:
+    """`<out>/study.md` and the figures in `figures` from the runs kept in `kept`, after
+    keeping those evaluated in `runs` that are not kept yet (a run counts once its final
+    evaluation is written)."""
+    from explore_rl import analysis
+
+    done = kept_runs(runs, kept)
+    table = {arm: {s: values(r) for s, r in seeds.items()} for arm, seeds in done.items()}
+    complete = all(len(done.get(a, {})) >= len(SEEDS) for a in PREREGISTERED)
+    seeds = {a: sorted(v) for a, v in done.items()}
     lines = [
         "# The lab study: results",
         "",
@@ -739,7 +813,7 @@ def report(runs: str, kept: str, out: str, figures: str = FIGURES) -> str:
         + "; ".join(f"{a} {len(s)} ({','.join(map(str, s))})" for a, s in seeds.items()),
         "",
         "Ran on (a seed's rollouts differ between CPU kinds: a pair across kinds differs by "
-        "the kernels too): " + "; ".join(f"{k}: {', '.join(v)}" for k, v in kinds.items()),
+        "the kernels too): " + ran_on(done),
     ]
     lines += _header(
         "Held out: 512 test problems x 64 samples at temperature 1, after step 300", FINAL

@@ -1,0 +1,476 @@
+"""The lab's second study (lab v2, docs/lab.md): every method and two temperature controls
+against GRPO from lab v2's base model, 8 seeds x 300 steps an arm, paired by seed; then
+the focused experiments (EAD against a fixed temperature at its own realised level, ASE
+against its random-direction and shuffled-label ablations); the report judges each
+method's mechanism checks before its primary endpoint.
+
+    python results/lab/study2.py                                  # every run, then the report
+    python results/lab/study2.py --arms grpo ead --seeds 0 1      # a part of it
+    python results/lab/study2.py --arms ead_fixed ase_random ase_shuffled  # focused, after
+    python results/lab/study2.py --report                         # the report of the runs kept
+
+Runs go as study 1's (results/lab/lab_study.py: `run_study`): seed by seed, each resumed
+where it stopped, the study's arms before the focused ones (ead_fixed's temperature is
+read from the kept EAD runs when its config is made). A run counts once both its final
+evaluations of its last checkpoint are written in its folder: eval.json (the 512 test
+problems x 64 samples at temperature 1, with the diversity measures) and eval_sweep.json
+(16 samples at each of SWEEP, and at the run's own training temperature where that is not
+1). What the report reads of it is kept, committed, in results/lab/runs2/<arm>-s<seed>/;
+the report (`<out>/study2.md`) and its figures are written from the kept runs alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import re
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lab_study  # noqa: E402
+
+SEEDS = lab_study.SEEDS
+KEPT = "results/lab/runs2"
+FIGURES = "results/lab/figures/study2"
+SWEEP = ("0.6", "0.8", "1.0", "1.2", "rollout")
+EVALUATIONS = (
+    lab_study.Evaluation(),  # the primary: 512 x 64 at temperature 1, eval.json
+    lab_study.Evaluation("eval_sweep", samples=16, diversity=False, temperatures=SWEEP),
+)
+WARMUP = lab_study.WARMUP  # "after warm-up": steps > 30
+RECURRING = 40  # ExTra's memories read from steps > 40 (each problem drawn again by then)
+MARGIN = 0.02  # "no difference": the paired interval inside (-MARGIN, MARGIN)
+
+# arm -> (config, overrides), each lab v2's GRPO with one thing changed (lab_study.arm_config)
+ARMS = {
+    "grpo": ("configs/grpo.py:lab2", {}),
+    "cold": ("configs/grpo.py:lab2", {"rollout.temperature": 0.7}),  # fixed T, trained cold
+    "hot": ("configs/controls.py:temperature,lab2", {}),  # fixed T 1.2, trained hot
+    "ead": ("configs/ead.py:lab2", {}),
+    "ase": ("configs/ase.py:lab2", {}),
+    "extra": ("configs/extra.py:lab2", {}),  # the full method: novelty + regeneration
+    "eden": ("configs/eden.py:lab2", {}),
+    # focused: GRPO at EAD's realised mean temperature (`ead_level`: shape against level)
+    "ead_fixed": ("configs/grpo.py:lab2", {}),
+    "ase_random": ("configs/ase.py:random_directions,lab2", {}),
+    "ase_shuffled": ("configs/ase.py:shuffled_labels,lab2", {}),
+}
+STUDY = ["grpo", "cold", "hot", "ead", "ase", "extra", "eden"]
+FOCUSED = ["ead_fixed", "ase_random", "ase_shuffled"]
+# (arm, against): the focused tables, the first arm minus the second, paired by seed
+WITHIN = (("ead", "ead_fixed"), ("ase", "ase_random"), ("ase", "ase_shuffled"))
+
+
+def arm_config(arm: str, seed: int, kept: str = KEPT):
+    """The arm's config at `seed`, its base model resolved; ead_fixed's temperature the
+    kept EAD runs' realised level (`ead_level`)."""
+    arms = ARMS
+    if arm == "ead_fixed":
+        arms = {arm: (ARMS[arm][0], {"rollout.temperature": ead_level(kept)})}
+    return lab_study.arm_config(arm, seed, arms)
+
+
+def ead_level(kept: str) -> float:
+    """The mean over the EAD runs kept in `kept` of their mean token temperature over every
+    step ("rollout/temperature"), rounded to 0.01; a one-line error with none kept."""
+    from explore_rl import analysis
+
+    paths = [os.path.join(kept, f"ead-s{s}") for s in SEEDS]
+    paths = [p for p in paths if lab_study._evaluated(p, EVALUATIONS)]
+    if not paths:
+        raise SystemExit(f"error: ead_fixed: no EAD run kept in {kept} to read its level from")
+    levels = [analysis.load_run(p).metrics["rollout/temperature"].mean() for p in paths]
+    return round(float(np.mean(levels)), 2)
+
+
+def run(runs: str, kept: str, arms: list[str], seeds: list[int]) -> None:
+    """The study's arms seed by seed, then the focused ones (`lab_study.run_study`)."""
+    config = functools.partial(arm_config, kept=kept)
+    for group in (STUDY, FOCUSED):
+        chosen = [a for a in group if a in arms]
+        if chosen:
+            lab_study.run_study(runs, kept, chosen, seeds, config, EVALUATIONS)
+
+
+def main(argv=None) -> None:
+    p = lab_study.parser(__doc__, "runs/lab-study2", KEPT, FIGURES, list(ARMS), list(ARMS))
+    args = p.parse_args(argv)
+
+    from explore_rl import caching
+
+    caching.enable_compilation_cache()
+    os.makedirs(args.out, exist_ok=True)
+    if not args.report:
+        run(args.runs, args.kept, args.arms, args.seeds)
+    print(report(args.runs, args.kept, args.out, args.figures))
+
+
+# ---------------------------------------------------------------------------------- values
+
+
+def values(run) -> dict[str, float]:
+    """One run's numbers: study 1's (`lab_study.values`), its mechanism checks' values, the
+    fixed-count diversity measures of eval.json and its sweep's Pass@1 and Pass@16."""
+    out = lab_study.values(run)
+    out.update(_mechanisms(run))
+    clean, noisy = out.get("clean_reward"), out.get("noisy_reward")
+    if clean and noisy is not None:  # EDEN's rows, every step: noisy over clean
+        out["noisy_ratio"] = noisy / clean
+    out.update(_fixed_count(run.final))
+    out.update(_sweep(run.path))
+    return out
+
+
+def _mechanisms(run) -> dict[str, float]:
+    """The values the mechanism checks (CHECKS) judge, of this run's method."""
+    m, c, out = run.metrics, run.config, {}
+
+    def series(key, after=0):
+        return m[key].dropna()[lambda x: x.index > after] if key in m else None
+
+    if "ead" in run.methods:
+        first, last = series("rollout/temperature_first"), series("rollout/temperature_last")
+        if first is not None and last is not None:
+            out["profile"] = float(first.mean() - last.mean())
+        if (kl := series("policy/kl_mu_old")) is not None:
+            out["kl_median"] = float(kl.median())
+    if "ase" in run.methods:
+        if (updates := series("ase/updates")) is not None:
+            out["ase_updates"] = float(updates.max())
+        if (alignment := series("ase/alignment")) is not None:  # logged from the 2nd update
+            out["alignment"] = float(alignment.mean()) if len(alignment) else None
+        g, k = int(c["rollout.group_size"]), int(c["exploration.ase.k"])
+        unstructured = c.get("exploration.ase.routing") == "unstructured"
+        out["steered_share"] = 1.0 if unstructured else lab_study._steered_share(g, k)
+    if "extra" in run.methods:
+        for key in ("novelty_recalled", "prefix_recalled"):
+            if (x := series(f"extra/{key}", RECURRING)) is not None:
+                out[key] = float(x.mean())
+    if "eden" in run.methods:
+        screen = lab_study.screened(run.path)  # its viable anchors, as recorded
+        out["viable"] = None if screen is None else float(screen[0])
+    return out
+
+
+# eval.diversity's fixed-count measures: of all n responses and of the first m correct (the
+# variable-count ones, over however many were correct, track accuracy: left out)
+FIXED_COUNT = re.compile(
+    r"^eval/average/((?:distinct4|self_bleu|logdet|solutions)@\d+(?:correct)?)$"
+)
+MEASURES = {"distinct4": "distinct-4", "self_bleu": "Self-BLEU", "logdet": "MiniLM LogDet",
+            "solutions": "distinct solution trees a problem"}  # fmt: skip
+
+
+def _fixed_count(final: dict) -> dict[str, float]:
+    return {m.group(1): v for k, v in final.items() if (m := FIXED_COUNT.match(k))}
+
+
+def _sweep(path: str) -> dict[str, float]:
+    """eval_sweep.json's Pass@1 and Pass@16 at each temperature, as "T_<label>/pass@<k>"."""
+    from explore_rl.analysis import SWEEP as PREFIX
+
+    try:
+        with open(os.path.join(path, "eval_sweep.json")) as f:
+            sweep = json.load(f)
+    except OSError:
+        return {}
+    pattern = re.compile(rf"^eval/average/({PREFIX}[^/]+/pass@(?:1|16))$")
+    return {m.group(1): v for k, v in sweep.items() if (m := pattern.match(k))}
+
+
+def _label(key: str) -> str:
+    """A secondary's name in words."""
+    if key.startswith("T_"):
+        label, metric = key[2:].split("/")
+        return f"{metric.replace('pass', 'Pass')} at T {label}"
+    name, _, count = key.partition("@")
+    if name in MEASURES:
+        of = f"first {count[:-7]} correct" if count.endswith("correct") else f"all {count}"
+        return f"{MEASURES[name]}, {of}"
+    return dict(lab_study.FINAL).get(key, key)
+
+
+# ---------------------------------------------------------------------------------- checks
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """A mechanism check: value `key` of `arm`'s runs (`values`) passes when the mean over
+    seeds (every seed's, with `every_seed`) lies in [low, high]; neither bound: reported."""
+
+    method: str
+    arm: str
+    key: str
+    text: str
+    low: float | None = None
+    high: float | None = None
+    every_seed: bool = False
+
+    def threshold(self) -> str:
+        if self.low is not None and self.high is not None:
+            return f"in [{self.low:.4g}, {self.high:.4g}]"
+        if self.low is not None:
+            return f">= {self.low:g}" + (" on every seed" if self.every_seed else "")
+        return f"<= {self.high:g}" if self.high is not None else "(reported)"
+
+    def meets(self, x: float) -> bool:
+        return (self.low is None or x >= self.low) and (self.high is None or x <= self.high)
+
+
+C = Check
+CHECKS = (
+    C("ead", "ead", "profile", "realised profile: first token's temperature minus the last's, "
+      "the mean over steps", low=0.10),
+    C("ead", "ead", "temperature", "realised level: mean token temperature, every step "
+      "(ead_fixed's temperature)"),
+    C("ead", "ead", "kl_median", "behaviour/old-policy gap: median over steps of "
+      "KL(mu, pi_old) a token", high=0.05),
+    C("ase", "ase", "ase_updates", "the bank updates: its updates in the run", low=5),
+    C("ase", "ase", "alignment", "direction stability: matched directions' cosine between "
+      "consecutive banks, the mean over updates after the first", low=0.5),
+    C("ase", "ase", "steered_share", "steered rows' share of a batch, as configured"),
+    C("extra", "extra", "novelty_recalled", f"recurrence: share of solved groups whose problem "
+      f"the novelty memory holds, steps > {RECURRING}", low=0.5),
+    C("extra", "extra", "prefix_recalled", f"memory occupancy: share of hard groups whose "
+      f"problem has stored prefixes, steps > {RECURRING}", low=0.5),
+    C("extra", "extra", "guided_share", f"guided rows' share of a step's rows, steps > "
+      f"{WARMUP} (the paper's ~1/16)", low=1 / 32, high=1 / 16),
+    C("extra", "extra", "guided_solve", "guided rows' solve rate (descriptive)"),
+    C("extra", "grpo", "accuracy", f"beside it: GRPO's rows' solve rate, steps > {WARMUP}"),
+    C("eden", "eden", "viable", "viable anchors of the screen's candidates (K = 8)", low=8,
+      every_seed=True),
+    C("eden", "eden", "noisy_ratio", "noisy rows' reward over the clean rows', every step",
+      low=0.5),
+)  # fmt: skip
+
+
+def check(c: Check, table: dict) -> tuple[tuple, str]:
+    """(the mean over seeds with its 95% t interval (NaN under 2 seeds), the verdict:
+    "passed", "failed", "reported" or "not measured")."""
+    from explore_rl import analysis
+
+    xs = [v.get(c.key) for v in table.get(c.arm, {}).values()]
+    xs = [x for x in xs if analysis.finite(x)]
+    stats = analysis.t_interval(xs)
+    if not xs:
+        return stats, "not measured"
+    if c.low is None and c.high is None:
+        return stats, "reported"
+    passed = all(map(c.meets, xs)) if c.every_seed else c.meets(stats[0])
+    return stats, "passed" if passed else "failed"
+
+
+def mechanism_failed(method: str, table: dict) -> bool:
+    """Whether a check of `method` with a threshold failed or could not be measured."""
+    judged = [c for c in CHECKS if c.method == method and (c.low, c.high) != (None, None)]
+    return any(check(c, table)[1] in ("failed", "not measured") for c in judged)
+
+
+def verdict(stats) -> str:
+    """The primary endpoint's verdict on a paired interval (mean, low, high, ...)."""
+    mean, low, high = stats[:3]
+    if not np.isfinite(mean):
+        return "not measured"
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "not resolved"
+    if low > 0:
+        return "better"
+    if high < 0:
+        return "worse"
+    if -MARGIN < low and high < MARGIN:
+        return f"no difference of {MARGIN} or more"
+    return "not resolved"
+
+
+CAVEAT = " (mechanism check failed: measures the lab, not the method)"
+
+
+# ---------------------------------------------------------------------------------- report
+
+PRIMARY = "pass@64"
+SECONDARY = ("pass@1", "pass@8", "worst@8", "other@64")  # then eval.json's fixed-count
+# diversity measures and the sweep's Pass@1 and Pass@16 at each temperature (`_secondaries`)
+
+
+def report(runs: str, kept: str, out: str, figures: str = FIGURES) -> str:
+    """`<out>/study2.md` and the figures in `figures` from the runs kept in `kept`, after
+    keeping those of `runs` with both final evaluations that are not kept yet."""
+    done = lab_study.kept_runs(runs, kept, ARMS, EVALUATIONS)
+    table = {a: {s: values(r) for s, r in sorted(done[a].items())} for a in ARMS if a in done}
+    complete = all(len(done.get(a, {})) >= len(SEEDS) for a in STUDY) and all(
+        len(seeds) >= len(SEEDS) for seeds in done.values()
+    )
+    lines = [
+        "# The lab's second study (lab v2): results",
+        "",
+        "Written by `python results/lab/study2.py` from the runs kept in results/lab/runs2; no "
+        "number typed by hand. The settings and the rules: docs/lab.md. Each method's "
+        "mechanism checks come before its primary endpoint: a method whose checks failed had "
+        "no room to act, and its comparison measures the lab. Intervals: Student t over "
+        "seeds, differences paired by seed.",
+        "",
+        "Every arm has its 8 seeds."
+        if complete
+        else "**A pilot, not the study**: not every arm has its 8 seeds yet (below); intervals "
+        "over fewer seeds are wide and nothing here is a finding.",
+        "",
+        "Seeds finished: "
+        + "; ".join(f"{a} {len(s)} ({','.join(map(str, s))})" for a, s in table.items()),
+        "",
+        "Ran on (a seed's rollouts differ between CPU kinds: a pair across kinds differs by "
+        "the kernels too): " + lab_study.ran_on(done),
+        "",
+        "## Held out: 512 test problems x 64 samples at temperature 1, after step 300",
+        "",
+        "| arm | seeds | Pass@1 | Pass@8 | Pass@64 |",
+        "|---|---|---|---|---|",
+    ]
+    for arm, seeds in table.items():
+        cells = [
+            _cell(_t([v.get(k) for v in seeds.values()])) for k in ("pass@1", "pass@8", PRIMARY)
+        ]
+        lines.append(f"| {arm} | {len(seeds)} | " + " | ".join(cells) + " |")
+    for arm in STUDY[1:]:
+        if arm in table:
+            lines += _method(arm, table)
+    lines += _focused(table, done)
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(out, "study2.md"), "w") as f:
+        f.write(text)
+    _figures(done, figures)
+    return text
+
+
+def _t(xs, level: float = 0.95):
+    from explore_rl import analysis
+
+    return analysis.t_interval([x for x in xs if analysis.finite(x)], level)
+
+
+def _cell(stats) -> str:
+    """ "mean [low, high]"; the mean alone without an interval (one seed); "" without one."""
+    mean, low, high = stats[:3]
+    if not np.isfinite(mean):
+        return ""
+    return f"{mean:.3f}" + (f" [{low:.3f}, {high:.3f}]" if np.isfinite(low) else " (1 seed)")
+
+
+def _paired(table: dict, arm: str, base: str, key: str, level: float = 0.95):
+    """(mean, low, high, n) of `arm` minus `base` on `key`, paired t at `level`."""
+    from explore_rl import analysis
+
+    arm_, base_ = ({s: v.get(key) for s, v in table[a].items()} for a in (arm, base))
+    return analysis.paired(arm_, base_, interval=analysis.t_interval, level=level)
+
+
+def _method(arm: str, table: dict) -> list[str]:
+    """An arm's section: its mechanism checks, then its primary endpoint, then its
+    secondaries."""
+    lines = ["", f"## {arm} ({ARMS[arm][0]})", "", "### Mechanism checks", ""]
+    checks = [c for c in CHECKS if c.method == arm]
+    if not checks:
+        lines.append("A control: no mechanism checks.")
+    else:
+        lines += ["| check | arm | measured | threshold | verdict |", "|---|---|---|---|---|"]
+        for c in checks:
+            stats, said = check(c, table)
+            lines.append(f"| {c.text} | {c.arm} | {_cell(stats)} | {c.threshold()} | {said} |")
+    lines += ["", f"### Primary endpoint: held-out Pass@64 at T 1, {arm} minus grpo", ""]
+    if "grpo" not in table:
+        return [*lines, "No grpo run to pair with."]
+    stats = _paired(table, arm, "grpo", PRIMARY)
+    said = verdict(stats) + (CAVEAT if mechanism_failed(arm, table) else "")
+    lines += _primary_table([(arm, stats, _sd(table, arm, "grpo"), said)])
+    keys = _secondaries(table, arm)
+    m = len(keys)
+    level = 1 - 0.05 / max(m, 1)
+    lines += ["", "### Secondary (descriptive)", "",
+              f"{arm} minus grpo, paired by seed; each of its {m} secondaries at a "
+              f"Bonferroni-adjusted {level:.4f} interval (1 - 0.05/{m}); no verdicts.", "",
+              "| measure | seeds | difference |", "|---|---|---|"]  # fmt: skip
+    for key in keys:
+        stats = _paired(table, arm, "grpo", key, level)
+        lines.append(f"| {_label(key)} | {stats[3]} | {_cell(stats)} |")
+    return lines
+
+
+def _secondaries(table: dict, arm: str) -> list[str]:
+    """SECONDARY, then the fixed-count diversity measures and the sweep's values both `arm`
+    and grpo have on some seed, in a stable order."""
+    had = [
+        {k for v in table[a].values() for k, x in v.items() if x is not None} for a in (arm, "grpo")
+    ]
+    both = had[0] & had[1]
+    fixed = sorted(k for k in both if FIXED_COUNT.match(f"eval/average/{k}"))
+    swept = sorted((k for k in both if k.startswith("T_")), key=_sweep_order)
+    return [k for k in SECONDARY if k in both] + fixed + swept
+
+
+def _sweep_order(key: str):
+    label, metric = key[2:].split("/")
+    return (label == "rollout", float(label) if label != "rollout" else 0.0, metric)
+
+
+def _sd(table: dict, arm: str, base: str) -> float:
+    from explore_rl import analysis
+
+    d = analysis.differences(
+        *({s: v.get(PRIMARY) for s, v in table[a].items()} for a in (arm, base))
+    )
+    return float(np.std(list(d.values()), ddof=1)) if len(d) > 1 else float("nan")
+
+
+def _primary_table(rows) -> list[str]:
+    """Rows (label, paired stats, sd of the differences, verdict): Pass@64's difference, the
+    power it had (the smallest effect its seeds detect at 80%, `analysis.detectable`)."""
+    from explore_rl import analysis
+
+    lines = ["| comparison | seeds | difference [95% paired t] | sd of the differences | "
+             "detectable at 80% power | verdict |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for label, stats, sd, said in rows:
+        n = stats[3]
+        power = f"{analysis.detectable(sd, n):.3f}" if n >= 2 else ""
+        spread = f"{sd:.4f}" if n >= 2 else ""
+        lines.append(f"| {label} | {n} | {_cell(stats)} | {spread} | {power} | {said} |")
+    return lines
+
+
+def _focused(table: dict, done: dict) -> list[str]:
+    """The focused experiments' tables: Pass@64 of the first arm minus the second's."""
+    pairs = [(a, b) for a, b in WITHIN if a in table and b in table]
+    if not pairs:
+        return []
+    lines = ["", "## Focused experiments: Pass@64 at T 1, paired by seed", ""]
+    if "ead_fixed" in done:
+        fixed = sorted({r.config["rollout.temperature"] for r in done["ead_fixed"].values()})
+        lines += [f"ead_fixed: GRPO at temperature {', '.join(f'{t:g}' for t in fixed)} (the "
+                  "kept EAD runs' realised mean token temperature when it ran).", ""]  # fmt: skip
+    rows = [(f"{a} - {b}", s := _paired(table, a, b, PRIMARY), _sd(table, a, b), verdict(s))
+            for a, b in pairs]  # fmt: skip
+    return lines + _primary_table(rows)
+
+
+def _figures(done: dict, folder: str) -> None:
+    """Study 1's figures (learning curves, Pass@k, each method's panel) and the temperature
+    frontier: Pass@16 against Pass@1 at each swept temperature, one line per arm (the mean
+    over its seeds, `analysis.plot_frontier` over the eval_sweep.json files)."""
+    from explore_rl import analysis
+
+    runs = [r for seeds in done.values() for r in seeds.values()]
+    lab_study._figures(runs, folder)  # labels each run with its arm
+    swept = []
+    for r in runs:
+        with open(os.path.join(r.path, "eval_sweep.json")) as f:
+            final = {k: v for k, v in json.load(f).items() if k.startswith("eval/")}
+        swept.append(dataclasses.replace(r, final=final))
+    fig = analysis.plot_frontier(swept)
+    if fig is not None:
+        fig.savefig(os.path.join(folder, "frontier.png"), dpi=110)
+
+
+if __name__ == "__main__":
+    main()
