@@ -211,6 +211,7 @@ def test_each_arm_changes_one_thing_and_ead_fixed_runs_at_eads_level(tmp_path, m
         "grpo": (), "cold": (), "hot": (), "ead": ("ead",), "ase": ("ase",),
         "extra": ("extra",), "eden": ("eden",),
     }  # fmt: skip
+    assert configs["eden"].exploration.eden.allow_unviable  # its check reports, not refuses
     assert {c.seed for c in configs.values()} == {3}
     assert {c.model.base for c in configs.values()} == {"configs/lab.py:sft,lab2"}
     assert study2.arm_config("ase_random", 0).exploration.ase.directions == "random"
