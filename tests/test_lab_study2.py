@@ -294,3 +294,18 @@ def test_the_runner_end_to_end_at_smoke_size(tmp_path, monkeypatch):
     ead = text.split("\n## ead ")[1]
     assert ead.index("### Mechanism checks") < ead.index("### Primary endpoint")
     assert "Seeds finished: grpo 1 (0); ead 1 (0)" in text
+
+
+def test_the_pilots_the_preregistration_quotes_are_the_pilots_report():
+    """docs/lab.md's study-2 section quotes its pilots' numbers from
+    results/lab/pilot_lab2.md (each pilot's only output a setting): none typed by hand."""
+    import re
+
+    with open(os.path.join(HERE, "..", "docs", "lab.md")) as f:
+        section = f.read().split("## Study 2, pre-registered", 1)[1]
+    pilots = section.split("**Pilots, each with one output**", 1)[1].split("\n\n", 1)[0]
+    with open(os.path.join(HERE, "..", "results", "lab", "pilot_lab2.md")) as f:
+        report = f.read()
+    number = re.compile(r"-?\d+\.\d+")
+    quoted = set(number.findall(pilots))
+    assert quoted and quoted <= set(number.findall(report)), quoted - set(number.findall(report))
