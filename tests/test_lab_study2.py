@@ -56,12 +56,13 @@ def _rows(arm: str, good: bool) -> list[dict]:
     return rows
 
 
-def _kept(root, arm, seed, pass64, good=True, viable=9, sweep=(0.1, 0.5)):
-    """A kept run of study 2 (what `lab_study.keep` writes) with hand-made numbers."""
+def _kept(root, arm, seed, pass64, good=True, viable=9, sweep=(0.1, 0.5), trained=1.0):
+    """A kept run of study 2 (what `lab_study.keep` writes) with hand-made numbers, trained
+    at temperature `trained` (its sweep at it as "rollout" where that is not 1)."""
     path = root / f"{arm}-s{seed}"
     os.makedirs(path)
     config = {"seed": seed, "train": {"steps": STEPS}, "task": {"train_size": 640},
-              "rollout": {"group_size": 8, "prompts": 16, "temperature": 1.0},
+              "rollout": {"group_size": 8, "prompts": 16, "temperature": trained},
               "exploration": {"methods": [arm] if arm in METHODS else []}}  # fmt: skip
     if arm == "ead":
         config["exploration"]["ead"] = EAD
@@ -84,7 +85,7 @@ def _kept(root, arm, seed, pass64, good=True, viable=9, sweep=(0.1, 0.5)):
     (path / "eval.json").write_text(json.dumps(final))
     p1, p16 = sweep
     swept = {"step": STEPS, "sampling": {"samples": 16}}
-    for label, t in (("0.6", 0.6), ("1", 1.0)):
+    for label, t in (("0.6", 0.6), ("1", 1.0), *([("rollout", trained)] * (trained != 1))):
         swept.update({f"eval/average/T_{label}/temperature": t,
                       f"eval/average/T_{label}/pass@1": p1 * t,
                       f"eval/average/T_{label}/pass@16": p16 * t})  # fmt: skip
@@ -184,18 +185,24 @@ def test_the_sweep_adds_the_runs_own_temperature_only_away_from_1():
         False,
     )
     assert (e.eval.checkpoint, e.eval.num_prompts, e.eval.temperature) == ("x", 0, 1.0)
+    c.rollout.temperature = 1.2  # swept already: "rollout" would sample it twice
+    assert sweep.config(c, "x").eval.temperatures == "0.6,0.8,1.0,1.2"
 
 
 def test_ead_fixed_takes_the_kept_ead_runs_level_or_refuses(tmp_path):
-    with pytest.raises(SystemExit, match="no EAD run kept"):
+    with pytest.raises(SystemExit, match=r"seeds \[0, 1, 2, 3, 4, 5, 6, 7\] are not kept"):
         study2.ead_level(str(tmp_path))
-    _kept(tmp_path, "ead", 0, 0.5)  # 0.9 every step
-    _kept(tmp_path, "ead", 1, 0.5)
-    with open(tmp_path / "ead-s1" / "metrics.jsonl.gz", "wb") as f:  # 0.934 every step
-        f.write(gzip.compress(b"".join(
-            json.dumps({**r, "rollout/temperature": 0.934}).encode() + b"\n"
-            for r in _rows("ead", True)
-        )))  # fmt: skip
+    for seed in study2.SEEDS[:-1]:
+        _kept(tmp_path, "ead", seed, 0.5)  # 0.9 every step
+    with pytest.raises(SystemExit, match=r"seeds \[7\] are not kept"):  # not part of them
+        study2.ead_level(str(tmp_path))
+    _kept(tmp_path, "ead", 7, 0.5)
+    for seed in (4, 5, 6, 7):  # half the seeds at 0.934 every step
+        with open(tmp_path / f"ead-s{seed}" / "metrics.jsonl.gz", "wb") as f:
+            f.write(gzip.compress(b"".join(
+                json.dumps({**r, "rollout/temperature": 0.934}).encode() + b"\n"
+                for r in _rows("ead", True)
+            )))  # fmt: skip
     assert study2.ead_level(str(tmp_path)) == 0.92  # (0.9 + 0.934) / 2 = 0.917
 
 
@@ -216,9 +223,10 @@ def test_each_arm_changes_one_thing_and_ead_fixed_runs_at_eads_level(tmp_path, m
     assert {c.model.base for c in configs.values()} == {"configs/lab.py:sft,lab2"}
     assert study2.arm_config("ase_random", 0).exploration.ase.directions == "random"
     assert study2.arm_config("ase_shuffled", 0).exploration.ase.directions == "shuffled"
-    with pytest.raises(SystemExit, match="no EAD run kept"):
+    with pytest.raises(SystemExit, match="are not kept"):
         study2.arm_config("ead_fixed", 0, str(tmp_path))
-    _kept(tmp_path, "ead", 0, 0.5)  # its rollouts at 0.9 every step
+    for seed in study2.SEEDS:
+        _kept(tmp_path, "ead", seed, 0.5)  # its rollouts at 0.9 every step
     fixed = study2.arm_config("ead_fixed", 2, str(tmp_path))
     assert (fixed.rollout.temperature, tuple(fixed.exploration.methods)) == (0.9, ())
 
@@ -231,7 +239,7 @@ def test_the_report_puts_each_methods_checks_before_its_primary_endpoint(tmp_pat
         _kept(kept, "grpo", seed, base)
         _kept(kept, "ead", seed, base + 0.03 + 0.001 * seed)  # better, checks pass
         _kept(kept, "ase", seed, base + 0.03 + 0.001 * seed, good=False)  # checks fail
-        _kept(kept, "cold", seed, base - 0.001 * (seed % 2))  # no difference
+        _kept(kept, "cold", seed, base - 0.001 * (seed % 2), trained=0.7)  # no difference
     text = study2.report(str(runs), str(kept), str(tmp_path), str(tmp_path / "figures"))
     assert text == (tmp_path / "study2.md").read_text()
     assert "**A pilot, not the study**" in text
@@ -248,7 +256,12 @@ def test_the_report_puts_each_methods_checks_before_its_primary_endpoint(tmp_pat
     assert "| better (mechanism check failed: measures the lab, not the method) |" in ase
     cold = next(s for s in sections if s.startswith("cold "))
     assert "A control: no mechanism checks." in cold
-    assert "| no difference of 0.02 or more |" in cold
+    assert "| a control: no prediction |" in cold and "| no difference" not in cold
+    # sampled at its own training temperature (its sweep's "rollout": 0.1 x 0.7, 0.5 x 0.7)
+    assert "### At its own training temperature (T 0.7), beside grpo at T 1" in cold
+    assert "| cold | 0.7 | 3 | 0.070 [0.070, 0.070] | 0.350 [0.350, 0.350] |" in cold
+    assert "| grpo | 1 | 3 | 0.100 [0.100, 0.100] | 0.500 [0.500, 0.500] |" in cold
+    assert "At its own training temperature" not in ead
     # secondaries: 4 + solutions@64, distinct-4 of the first 4 correct + 2 temperatures x 2
     assert "each of its 10 secondaries at a Bonferroni-adjusted 0.9950 interval" in ead
     assert "| distinct solution trees a problem, all 64 | 3 |" in ead

@@ -279,7 +279,7 @@ def screen(
     n = e.probe_samples
     routes = [None, *candidates]  # None: the clean route
     acc = []
-    per_call = max(1, 256 // (len(problems) * n))  # routes per sampler call: <= 256 rows
+    per_call = max(1, 256 // (len(problems) * n))  # a call: <= 256 rows, or one route
     key = jax.random.key(seed)
     for start in tqdm(range(0, len(routes), per_call), desc="EDEN bank screen", leave=False):
         chunk = routes[start : start + per_call]

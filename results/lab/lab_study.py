@@ -40,7 +40,9 @@ FOUR = {"task.name": "countdown", "task.countdown.inputs": 4}  # drawn in code, 
 LOWEST = {"exploration.extra.mine": "lowest"}
 # study 1's EDEN screen found no viable anchor (docs/lab.md) and topped its bank up with the
 # most accurate others, as the screen then did (it refuses that since unless allowed), and
-# drew its candidates with seed 0 whatever the run's (the default since is the run's)
+# drew its candidates with seed 0 whatever the run's (the default since is the run's); its
+# probe's rollout keys are folded from that seed since, so a fresh screen of these arms
+# draws other probe rollouts than the kept runs did (a resumed run restores its bank)
 EDEN1 = {"exploration.eden.allow_unviable": True, "exploration.eden.bank_seed": 0}
 
 # arm -> (config, overrides): the arms of docs/lab.md, each the lab's GRPO setting with one
@@ -104,20 +106,23 @@ class Evaluation:
     `<name>.json`: the test problems (`prompts`: the first that many, 0 every one) x
     `samples` at the config's eval.temperature, with the diversity measures where
     `diversity`, and at each of `temperatures` (`eval.temperatures`; "rollout", the run's
-    own training temperature, only where that is not 1: at 1 it repeats "1")."""
+    own training temperature, only where that is neither 1 nor another of them)."""
 
     name: str = "eval"
     samples: int = FINAL_SAMPLES
     diversity: bool = True  # distinct-4, Self-BLEU, MiniLM LogDet, the solutions' trees
     temperatures: tuple[str, ...] = ()
     prompts: int = 0
+    correct: int = 4  # the diversity measures' "first m correct" (`eval.diversity_correct`)
 
     def config(self, c, path: str):
         """Run config `c` made this evaluation of the checkpoints in `path`."""
         e = c.copy_and_resolve_references()
         e.eval.checkpoint, e.eval.samples, e.eval.num_prompts = path, self.samples, self.prompts
-        e.eval.diversity = self.diversity
-        own = c.rollout.temperature != 1
+        e.eval.diversity, e.eval.diversity_correct = self.diversity, self.correct
+        # "rollout" only where it adds a temperature: at 1 (or one swept) it repeats one
+        swept = {float(t) for t in self.temperatures if t != "rollout"} | {1.0}
+        own = c.rollout.temperature not in swept
         e.eval.temperatures = ",".join(t for t in self.temperatures if t != "rollout" or own)
         return e
 
@@ -643,8 +648,17 @@ def judge(p: Prediction, table: dict) -> tuple[tuple, str, str]:
 
 
 def _cell(stats) -> str:
+    """ "mean [low, high]"; the mean alone without an interval (one seed); "" without one."""
     mean, low, high = stats[:3]
-    return "" if mean != mean else f"{mean:.3f} [{low:.3f}, {high:.3f}]"
+    if mean != mean:
+        return ""
+    return f"{mean:.3f}" + (f" [{low:.3f}, {high:.3f}]" if low == low else " (1 seed)")
+
+
+def spread(d: dict) -> float:
+    """The sd of paired differences {seed: difference} (NaN under 2 seeds): the spread the
+    power of a paired comparison follows from."""
+    return float(np.std(list(d.values()), ddof=1)) if len(d) > 1 else float("nan")
 
 
 def checks(done: dict) -> list[str]:
@@ -879,7 +893,7 @@ def power(table: dict) -> list[str]:
                                    for x in (seeds, base)))  # fmt: skip
         if arm == BASELINE[arm] or len(d) < 2:
             continue
-        sd = float(np.std(list(d.values()), ddof=1))
+        sd = spread(d)
         need = " | ".join(str(analysis.seeds_for(e, sd)) for e in POWER_EFFECTS)
         lines.append(f"| {arm} | {len(d)} | {sd:.4f} | "
                      f"{analysis.detectable(sd, len(d)):.3f} | {need} |")  # fmt: skip

@@ -78,13 +78,18 @@ def arm_config(arm: str, seed: int, kept: str = KEPT):
 
 def ead_level(kept: str) -> float:
     """The mean over the EAD runs kept in `kept` of their mean token temperature over every
-    step ("rollout/temperature"), rounded to 0.01; a one-line error with none kept."""
+    step ("rollout/temperature"), rounded to 0.01; a one-line error until every seed's is
+    kept (read earlier, ead_fixed's seeds would run at different levels, and a run resumed
+    after more were kept would no longer be the run it was)."""
     from explore_rl import analysis
 
     paths = [os.path.join(kept, f"ead-s{s}") for s in SEEDS]
-    paths = [p for p in paths if lab_study._evaluated(p, EVALUATIONS)]
-    if not paths:
-        raise SystemExit(f"error: ead_fixed: no EAD run kept in {kept} to read its level from")
+    missing = [s for s, p in zip(SEEDS, paths) if not lab_study._evaluated(p, EVALUATIONS)]
+    if missing:
+        raise SystemExit(
+            f"error: ead_fixed: EAD's seeds {missing} are not kept in {kept}; its level is "
+            "read from all of them (run the study's arms first)"
+        )
     levels = [analysis.load_run(p).metrics["rollout/temperature"].mean() for p in paths]
     return round(float(np.mean(levels)), 2)
 
@@ -118,6 +123,7 @@ def values(run) -> dict[str, float]:
     """One run's numbers: study 1's (`lab_study.values`), its mechanism checks' values, the
     fixed-count diversity measures of eval.json and its sweep's Pass@1 and Pass@16."""
     out = lab_study.values(run)
+    out["trained_at"] = float(run.config["rollout.temperature"])
     out.update(_mechanisms(run))
     clean, noisy = out.get("clean_reward"), out.get("noisy_reward")
     if clean and noisy is not None:  # EDEN's rows, every step: noisy over clean
@@ -255,14 +261,17 @@ def check(c: Check, table: dict) -> tuple[tuple, str]:
     "passed", "failed", "reported" or "not measured")."""
     from explore_rl import analysis
 
-    xs = [v.get(c.key) for v in table.get(c.arm, {}).values()]
-    xs = [x for x in xs if analysis.finite(x)]
+    seeds = [v.get(c.key) for v in table.get(c.arm, {}).values()]
+    xs = [x for x in seeds if analysis.finite(x)]
     stats = analysis.t_interval(xs)
     if not xs:
         return stats, "not measured"
     if c.low is None and c.high is None:
         return stats, "reported"
-    passed = all(map(c.meets, xs)) if c.every_seed else c.meets(stats[0])
+    # every seed's: a seed that measured nothing has not met it
+    passed = (
+        (len(xs) == len(seeds) and all(map(c.meets, xs))) if c.every_seed else c.meets(stats[0])
+    )
     return stats, "passed" if passed else "failed"
 
 
@@ -353,12 +362,7 @@ def _t(xs, level: float = 0.95):
     return analysis.t_interval([x for x in xs if analysis.finite(x)], level)
 
 
-def _cell(stats) -> str:
-    """ "mean [low, high]"; the mean alone without an interval (one seed); "" without one."""
-    mean, low, high = stats[:3]
-    if not np.isfinite(mean):
-        return ""
-    return f"{mean:.3f}" + (f" [{low:.3f}, {high:.3f}]" if np.isfinite(low) else " (1 seed)")
+_cell = lab_study._cell
 
 
 def _paired(table: dict, arm: str, base: str, key: str, level: float = 0.95):
@@ -381,11 +385,16 @@ def _method(arm: str, table: dict) -> list[str]:
         for c in checks:
             stats, said = check(c, table)
             lines.append(f"| {c.text} | {c.arm} | {_cell(stats)} | {c.threshold()} | {said} |")
+    if not checks:
+        lines += _own_temperature(arm, table)
     lines += ["", f"### Primary endpoint: held-out Pass@64 at T 1, {arm} minus grpo", ""]
     if "grpo" not in table:
         return [*lines, "No grpo run to pair with."]
     stats = _paired(table, arm, "grpo", PRIMARY)
-    said = verdict(stats) + (CAVEAT if mechanism_failed(arm, table) else "")
+    if not checks:  # docs/lab.md: one primary endpoint a method, the controls have none
+        said = "a control: no prediction"
+    else:
+        said = verdict(stats) + (CAVEAT if mechanism_failed(arm, table) else "")
     lines += _primary_table([(arm, stats, _sd(table, arm, "grpo"), said)])
     keys = _secondaries(table, arm)
     m = len(keys)
@@ -397,6 +406,26 @@ def _method(arm: str, table: dict) -> list[str]:
     for key in keys:
         stats = _paired(table, arm, "grpo", key, level)
         lines.append(f"| {_label(key)} | {stats[3]} | {_cell(stats)} |")
+    return lines
+
+
+def _own_temperature(arm: str, table: dict) -> list[str]:
+    """A control sampled at the temperature it trained at (its sweep's "rollout", or the
+    swept temperature equal to it), beside GRPO at T 1: what study 1 lacked, unpaired."""
+    runs = list(table[arm].values())
+    t = runs[0]["trained_at"]
+    own = next((k for k in ("T_rollout", f"T_{t:g}") if any(f"{k}/pass@1" in v for v in runs)),
+               None)  # fmt: skip
+    if own is None:
+        return []
+    lines = ["", f"### At its own training temperature (T {t:g}), beside grpo at T 1", "",
+             "| arm | temperature | seeds | Pass@1 | Pass@16 |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for who, key, at in ((arm, own, f"{t:g}"), ("grpo", "T_1", "1")):
+        seeds = table.get(who, {})
+        cells = [_cell(_t([v.get(f"{key}/{m}") for v in seeds.values()]))
+                 for m in ("pass@1", "pass@16")]  # fmt: skip
+        lines.append(f"| {who} | {at} | {len(seeds)} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -423,7 +452,7 @@ def _sd(table: dict, arm: str, base: str) -> float:
     d = analysis.differences(
         *({s: v.get(PRIMARY) for s, v in table[a].items()} for a in (arm, base))
     )
-    return float(np.std(list(d.values()), ddof=1)) if len(d) > 1 else float("nan")
+    return lab_study.spread(d)
 
 
 def _primary_table(rows) -> list[str]:
