@@ -145,6 +145,17 @@ def left_padded_batch(rng: np.random.Generator, lengths, vocab: int, total: int)
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
+def run_on_devices(script: str, devices: int) -> None:
+    """`script` in a fresh Python process on `devices` CPU devices (JAX fixes its device
+    count when it starts, so a mesh test needs its own process), the test modules
+    importable; it prints "ok" once its checks pass."""
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=subprocess_env(devices), capture_output=True,
+        text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-3000:]
+
+
 def subprocess_env(
     devices: int | None = None, tests_importable: bool = True, optimized: bool = False, **extra
 ):

@@ -5,8 +5,6 @@ import functools
 import json
 import re
 import shutil
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -18,7 +16,7 @@ from helpers import (
     forward,
     left_padded_batch,
     make_hf_checkpoint,
-    subprocess_env,
+    run_on_devices,
     torch_logits,
 )
 
@@ -400,11 +398,7 @@ SHARDED = textwrap.dedent("""
 @pytest.mark.slow
 @pytest.mark.numerics
 def test_sharded_lora_on_a_data_fsdp_tensor_mesh_equals_one_device():
-    out = subprocess.run(  # helpers importable
-        [sys.executable, "-c", SHARDED], env=subprocess_env(8), capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-3000:]
+    run_on_devices(SHARDED, 8)
 
 
 @pytest.mark.parametrize(

@@ -3,12 +3,10 @@ the rollout on its rows' devices between segments (only `done`, which the host r
 stop, is gathered), hands the host the whole rollout at the end, and samples one device's
 tokens, with mu and the readout to float32 rounding (`helpers.assert_float32_close`)."""
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
-from helpers import subprocess_env
+from helpers import run_on_devices
 
 # sharded against one device: other partial sums, other summation orders
 pytestmark = [pytest.mark.slow, pytest.mark.numerics]  # a process of 4 CPU devices
@@ -60,8 +58,4 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_windowed_decode_gathers_the_rollout_once():
-    out = subprocess.run(  # helpers importable
-        [sys.executable, "-c", SCRIPT], env=subprocess_env(4), capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-3000:]
+    run_on_devices(SCRIPT, 4)

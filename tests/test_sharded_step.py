@@ -2,12 +2,10 @@
 train steps give what one device gives, with the layers unrolled and scanned: the same
 tokens, mu and params to float32 rounding (`helpers.assert_float32_close`)."""
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
-from helpers import subprocess_env
+from helpers import run_on_devices
 
 # sharded against one device: other partial sums, other summation orders
 pytestmark = [pytest.mark.slow, pytest.mark.numerics]  # a process of 8 CPU devices
@@ -77,8 +75,4 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_data_fsdp_tensor_mesh_equals_one_device():
-    out = subprocess.run(  # helpers importable
-        [sys.executable, "-c", SCRIPT], env=subprocess_env(8), capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-3000:]
+    run_on_devices(SCRIPT, 8)
