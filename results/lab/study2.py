@@ -310,6 +310,8 @@ SECONDARY = ("pass@1", "pass@8", "worst@8", "other@64")  # then eval.json's fixe
 def report(runs: str, kept: str, out: str, figures: str = FIGURES) -> str:
     """`<out>/study2.md` and the figures in `figures` from the runs kept in `kept`, after
     keeping those of `runs` with both final evaluations that are not kept yet."""
+    from explore_rl import analysis
+
     done = lab_study.kept_runs(runs, kept, ARMS, EVALUATIONS)
     table = {a: {s: values(r) for s, r in sorted(done[a].items())} for a in ARMS if a in done}
     complete = all(len(done.get(a, {})) >= len(SEEDS) for a in STUDY) and all(
@@ -342,7 +344,8 @@ def report(runs: str, kept: str, out: str, figures: str = FIGURES) -> str:
     ]
     for arm, seeds in table.items():
         cells = [
-            _cell(_t([v.get(k) for v in seeds.values()])) for k in ("pass@1", "pass@8", PRIMARY)
+            _cell(analysis.t_interval([v.get(k) for v in seeds.values()]))
+            for k in ("pass@1", "pass@8", PRIMARY)
         ]
         lines.append(f"| {arm} | {len(seeds)} | " + " | ".join(cells) + " |")
     for arm in STUDY[1:]:
@@ -354,12 +357,6 @@ def report(runs: str, kept: str, out: str, figures: str = FIGURES) -> str:
         f.write(text)
     _figures(done, figures)
     return text
-
-
-def _t(xs, level: float = 0.95):
-    from explore_rl import analysis
-
-    return analysis.t_interval([x for x in xs if analysis.finite(x)], level)
 
 
 _cell = lab_study._cell
@@ -412,6 +409,8 @@ def _method(arm: str, table: dict) -> list[str]:
 def _own_temperature(arm: str, table: dict) -> list[str]:
     """A control sampled at the temperature it trained at (its sweep's "rollout", or the
     swept temperature equal to it), beside GRPO at T 1: what study 1 lacked, unpaired."""
+    from explore_rl import analysis
+
     runs = list(table[arm].values())
     t = runs[0]["trained_at"]
     own = next((k for k in ("T_rollout", f"T_{t:g}") if any(f"{k}/pass@1" in v for v in runs)),
@@ -423,7 +422,7 @@ def _own_temperature(arm: str, table: dict) -> list[str]:
              "|---|---|---|---|---|"]  # fmt: skip
     for who, key, at in ((arm, own, f"{t:g}"), ("grpo", "T_1", "1")):
         seeds = table.get(who, {})
-        cells = [_cell(_t([v.get(f"{key}/{m}") for v in seeds.values()]))
+        cells = [_cell(analysis.t_interval([v.get(f"{key}/{m}") for v in seeds.values()]))
                  for m in ("pass@1", "pass@16")]  # fmt: skip
         lines.append(f"| {who} | {at} | {len(seeds)} | " + " | ".join(cells) + " |")
     return lines
