@@ -71,6 +71,18 @@ def test_table_multiplies_the_base_and_k_overrides():
     np.testing.assert_allclose(tau[:, 63], 0.5 * 0.8, rtol=1e-6)  # 2.2 - e^(64/150) < 0.8
 
 
+def test_reflect_mirrors_the_table_about_its_level_or_refuses_a_cold_end_below_zero():
+    ex, c = _explorer(reflect=0.8)
+    tau = np.asarray(_plan(ex, c, 1, 32, 0).temperature)[0]
+    np.testing.assert_allclose(tau[8], 1.6 - 1.0, rtol=1e-6)  # t = 9 < c: 1.0 mirrored
+    np.testing.assert_allclose(tau[9], 1.6 - (2.2 - math.exp(10 / 30)), rtol=1e-5)
+    np.testing.assert_allclose(tau[22], 1.6 - 0.1, rtol=1e-6)  # tau_min's end runs hot
+    assert (np.diff(tau[9:]) >= 0).all() and tau[9] < tau[-1]  # warms as EAD cools
+    refused = r"exploration.ead.reflect=0.6 must be 0 \(off\) or above 0.6"
+    with pytest.raises(ValueError, match=refused):
+        _explorer(reflect=0.6)  # 2 x 0.6 - tau_max 1.2 = 0: its coldest token at 0
+
+
 def test_mu_is_the_annealed_truncated_logprob(tiny):  # noqa: F811
     params, cfg, prompts, pmask = tiny
     ex, c = _explorer(d0=4.0, c=2, tau_min=0.3)  # anneals within the 8 tokens

@@ -1,22 +1,24 @@
 """The lab's second study (lab v2, docs/lab.md): every method and two temperature controls
 against GRPO from lab v2's base model, 8 seeds x 300 steps an arm, paired by seed; then
-the focused experiments (EAD against a fixed temperature at its own realised level, ASE
-against its random-direction and shuffled-label ablations); the report judges each
-method's mechanism checks before its primary endpoint.
+the focused experiments (EAD against a fixed temperature at its own realised level and
+against its schedule mirrored about that level, ASE against its random-direction and
+shuffled-label ablations); the report judges each method's mechanism checks before its
+primary endpoint.
 
     python results/lab/study2.py                                  # every run, then the report
     python results/lab/study2.py --arms grpo ead --seeds 0 1      # a part of it
-    python results/lab/study2.py --arms ead_fixed ase_random ase_shuffled  # focused, after
+    python results/lab/study2.py --arms ead_fixed ead_reversed  # focused, after the study's
     python results/lab/study2.py --report                         # the report of the runs kept
 
 Runs go as study 1's (results/lab/lab_study.py: `run_study`): seed by seed, each resumed
-where it stopped, the study's arms before the focused ones (ead_fixed's temperature is
-read from the kept EAD runs when its config is made). A run counts once both its final
-evaluations of its last checkpoint are written in its folder: eval.json (the 512 test
-problems x 64 samples at temperature 1, with the diversity measures) and eval_sweep.json
-(16 samples at each of SWEEP, and at the run's own training temperature where that is not
-1). What the report reads of it is kept, committed, in results/lab/runs2/<arm>-s<seed>/;
-the report (`<out>/study2.md`) and its figures are written from the kept runs alone.
+where it stopped, the study's arms before the focused ones (the level ead_fixed samples at
+and ead_reversed mirrors about is read from the kept EAD runs when its config is made). A
+run counts once both its final evaluations of its last checkpoint are written in its
+folder: eval.json (the 512 test problems x 64 samples at temperature 1, with the diversity
+measures) and eval_sweep.json (16 samples at each of SWEEP, and at the run's own training
+temperature where that is not 1). What the report reads of it is kept, committed, in
+results/lab/runs2/<arm>-s<seed>/; the report (`<out>/study2.md`) and its figures are
+written from the kept runs alone.
 """
 
 from __future__ import annotations
@@ -56,39 +58,45 @@ ARMS = {
     # a screen with fewer than K viable anchors tops its bank up rather than refusing: the
     # run goes on and EDEN's check (at least K viable on every seed) reports it failed
     "eden": ("configs/eden.py:lab2", {"exploration.eden.allow_unviable": True}),
-    # focused: GRPO at EAD's realised mean temperature (`ead_level`: shape against level)
+    # focused, at EAD's realised mean temperature (`ead_level`; LEVELLED): GRPO sampled at
+    # it (the level without the shape) and EAD's schedule mirrored about it (the opposite shape)
     "ead_fixed": ("configs/grpo.py:lab2", {}),
+    "ead_reversed": ("configs/ead.py:lab2", {}),
     "ase_random": ("configs/ase.py:random_directions,lab2", {}),
     "ase_shuffled": ("configs/ase.py:shuffled_labels,lab2", {}),
 }
 STUDY = ["grpo", "cold", "hot", "ead", "ase", "extra", "eden"]
-FOCUSED = ["ead_fixed", "ase_random", "ase_shuffled"]
+FOCUSED = ["ead_fixed", "ead_reversed", "ase_random", "ase_shuffled"]
 # (arm, against): the focused tables, the first arm minus the second, paired by seed
-WITHIN = (("ead", "ead_fixed"), ("ase", "ase_random"), ("ase", "ase_shuffled"))
+WITHIN = (
+    ("ead", "ead_fixed"), ("ead", "ead_reversed"), ("ase", "ase_random"), ("ase", "ase_shuffled"),
+)  # fmt: skip
+# the focused arms set at EAD's realised level, and the setting that takes it
+LEVELLED = {"ead_fixed": "rollout.temperature", "ead_reversed": "exploration.ead.reflect"}
 
 
 def arm_config(arm: str, seed: int, kept: str = KEPT):
-    """The arm's config at `seed`, its base model resolved; ead_fixed's temperature the
+    """The arm's config at `seed`, its base model resolved; a LEVELLED arm's setting the
     kept EAD runs' realised level (`ead_level`)."""
     arms = ARMS
-    if arm == "ead_fixed":
-        arms = {arm: (ARMS[arm][0], {"rollout.temperature": ead_level(kept)})}
+    if arm in LEVELLED:
+        arms = {arm: (ARMS[arm][0], {LEVELLED[arm]: ead_level(kept)})}
     return lab_study.arm_config(arm, seed, arms)
 
 
 def ead_level(kept: str) -> float:
     """The mean over the EAD runs kept in `kept` of their mean token temperature over every
     step ("rollout/temperature"), rounded to 0.01; a one-line error until every seed's is
-    kept (read earlier, ead_fixed's seeds would run at different levels, and a run resumed
-    after more were kept would no longer be the run it was)."""
+    kept (read earlier, a LEVELLED arm's seeds would run at different levels, and a run
+    resumed after more were kept would no longer be the run it was)."""
     from explore_rl import analysis
 
     paths = [os.path.join(kept, f"ead-s{s}") for s in SEEDS]
     missing = [s for s, p in zip(SEEDS, paths) if not lab_study._evaluated(p, EVALUATIONS)]
     if missing:
         raise SystemExit(
-            f"error: ead_fixed: EAD's seeds {missing} are not kept in {kept}; its level is "
-            "read from all of them (run the study's arms first)"
+            f"error: {', '.join(LEVELLED)}: EAD's seeds {missing} are not kept in {kept}; "
+            "the level is read from all of them (run the study's arms first)"
         )
     levels = [analysis.load_run(p).metrics["rollout/temperature"].mean() for p in paths]
     return round(float(np.mean(levels)), 2)
@@ -253,6 +261,12 @@ CHECKS = (
       every_seed=True),
     C("eden", "eden", "noisy_ratio", "noisy rows' reward over the clean rows', every step",
       low=0.5),
+    # focused: the mirror must really warm as EAD cools, at about EAD's level
+    C("ead_reversed", "ead_reversed", "profile", "realised profile: first token's "
+      "temperature minus the last's, the mean over steps", high=-0.10),
+    C("ead_reversed", "ead_reversed", "temperature", "realised level: mean token temperature, "
+      "every step"),
+    C("ead_reversed", "ead", "temperature", "beside it: EAD's"),
 )  # fmt: skip
 
 
@@ -376,14 +390,9 @@ def _method(arm: str, table: dict) -> list[str]:
     lines = ["", f"## {arm} ({ARMS[arm][0]})", "", "### Mechanism checks", ""]
     checks = [c for c in CHECKS if c.method == arm]
     if not checks:
-        lines.append("A control: no mechanism checks.")
+        lines += ["A control: no mechanism checks.", *_own_temperature(arm, table)]
     else:
-        lines += ["| check | arm | measured | threshold | verdict |", "|---|---|---|---|---|"]
-        for c in checks:
-            stats, said = check(c, table)
-            lines.append(f"| {c.text} | {c.arm} | {_cell(stats)} | {c.threshold()} | {said} |")
-    if not checks:
-        lines += _own_temperature(arm, table)
+        lines += _checks(checks, table)
     lines += ["", f"### Primary endpoint: held-out Pass@64 at T 1, {arm} minus grpo", ""]
     if "grpo" not in table:
         return [*lines, "No grpo run to pair with."]
@@ -403,6 +412,15 @@ def _method(arm: str, table: dict) -> list[str]:
     for key in keys:
         stats = _paired(table, arm, "grpo", key, level)
         lines.append(f"| {_label(key)} | {stats[3]} | {_cell(stats)} |")
+    return lines
+
+
+def _checks(checks: list[Check], table: dict) -> list[str]:
+    """The mechanism checks' table: each check's mean over seeds and its verdict."""
+    lines = ["| check | arm | measured | threshold | verdict |", "|---|---|---|---|---|"]
+    for c in checks:
+        stats, said = check(c, table)
+        lines.append(f"| {c.text} | {c.arm} | {_cell(stats)} | {c.threshold()} | {said} |")
     return lines
 
 
@@ -470,17 +488,28 @@ def _primary_table(rows) -> list[str]:
 
 
 def _focused(table: dict, done: dict) -> list[str]:
-    """The focused experiments' tables: Pass@64 of the first arm minus the second's."""
+    """The focused experiments: the level each LEVELLED arm ran at, a focused arm's own
+    checks, then Pass@64 of the first arm minus the second's, each verdict with the caveat
+    where either arm's checks failed."""
     pairs = [(a, b) for a, b in WITHIN if a in table and b in table]
     if not pairs:
         return []
     lines = ["", "## Focused experiments: Pass@64 at T 1, paired by seed", ""]
-    if "ead_fixed" in done:
-        fixed = sorted({r.config["rollout.temperature"] for r in done["ead_fixed"].values()})
-        lines += [f"ead_fixed: GRPO at temperature {', '.join(f'{t:g}' for t in fixed)} (the "
-                  "kept EAD runs' realised mean token temperature when it ran).", ""]  # fmt: skip
-    rows = [(f"{a} - {b}", s := _paired(table, a, b, PRIMARY), _sd(table, a, b), verdict(s))
-            for a, b in pairs]  # fmt: skip
+    for arm, setting in LEVELLED.items():
+        if arm in done:
+            levels = sorted({r.config[setting] for r in done[arm].values()})
+            lines += [f"{arm}: {ARMS[arm][0]} with {setting} = "
+                      f"{', '.join(f'{t:g}' for t in levels)} (the kept EAD runs' realised "
+                      "mean token temperature when it ran).", ""]  # fmt: skip
+    for arm in FOCUSED:
+        checks = [c for c in CHECKS if c.method == arm]
+        if arm in table and checks:
+            lines += [f"{arm}'s checks:", "", *_checks(checks, table), ""]
+    rows = []
+    for a, b in pairs:
+        stats = _paired(table, a, b, PRIMARY)
+        caveat = CAVEAT if mechanism_failed(a, table) or mechanism_failed(b, table) else ""
+        rows.append((f"{a} - {b}", stats, _sd(table, a, b), verdict(stats) + caveat))
     return lines + _primary_table(rows)
 
 
