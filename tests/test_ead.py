@@ -71,16 +71,13 @@ def test_table_multiplies_the_base_and_k_overrides():
     np.testing.assert_allclose(tau[:, 63], 0.5 * 0.8, rtol=1e-6)  # 2.2 - e^(64/150) < 0.8
 
 
-def test_reflect_mirrors_the_table_about_its_level_or_refuses_a_cold_end_below_zero():
-    ex, c = _explorer(reflect=0.8)
-    tau = np.asarray(_plan(ex, c, 1, 32, 0).temperature)[0]
-    np.testing.assert_allclose(tau[8], 1.6 - 1.0, rtol=1e-6)  # t = 9 < c: 1.0 mirrored
-    np.testing.assert_allclose(tau[9], 1.6 - (2.2 - math.exp(10 / 30)), rtol=1e-5)
-    np.testing.assert_allclose(tau[22], 1.6 - 0.1, rtol=1e-6)  # tau_min's end runs hot
-    assert (np.diff(tau[9:]) >= 0).all() and tau[9] < tau[-1]  # warms as EAD cools
-    refused = r"exploration.ead.reflect=0.6 must be 0 \(off\) or above 0.6"
-    with pytest.raises(ValueError, match=refused):
-        _explorer(reflect=0.6)  # 2 x 0.6 - tau_max 1.2 = 0: its coldest token at 0
+def test_levels_draw_each_steps_tokens_at_its_level_or_refuse_a_level_of_zero():
+    ex, c = _explorer(levels=(0.3, 0.5, 1.1))
+    for step, level in ((0, 0.3), (1, 0.5), (2, 1.1), (7, 1.1)):  # the last after the end
+        tau = np.asarray(_plan(ex, c, 2, 16, step, tau=0.5).temperature)
+        np.testing.assert_allclose(tau, np.full((2, 16), 0.5 * level), rtol=1e-6)
+    with pytest.raises(ValueError, match=r"exploration.ead.levels: every level must be above 0"):
+        _explorer(levels=(0.3, 0.0))
 
 
 def test_mu_is_the_annealed_truncated_logprob(tiny):  # noqa: F811
@@ -180,3 +177,17 @@ def test_smoke_config_trains_with_the_code_convention_and_at_eval(tmp_path):
         assert r["time/pi_old_s"] > 0  # mu is not pi_old under EAD
     assert "eval/arithmetic/maj@2" in rows[-1]
     assert '"convention": "code"' in (tmp_path / "config.json").read_text()
+
+
+def test_levels_reach_the_rollouts_step_by_step(tmp_path):
+    """The control drawn as configured: each step's every token at its level (realised, as
+    logged from the rollouts), TIS against pi_old at 1 as EAD's."""
+    c = ead_config.get_config("smoke")
+    c.rollout.max_new_tokens = 8
+    c.exploration.ead.levels = (0.6, 0.9, 1.3)
+    loop.train(config_lib.spec(c), str(tmp_path))
+    rows = read_metrics(str(tmp_path))
+    for r, level in zip(rows, (0.6, 0.9, 1.3), strict=True):
+        for key in ("rollout/temperature", "rollout/temperature_first", "rollout/temperature_last"):
+            assert r[key] == pytest.approx(level, rel=1e-6)
+        assert r["policy/kl_mu_old"] != 0 and r["tis/max"] <= 2.0  # mu at the level, not 1

@@ -22,8 +22,9 @@ spec.loader.exec_module(study2)
 
 STEPS = 60
 METHODS = ("ead", "ase", "extra", "eden")
+# a config made before `levels` existed, as the kept runs of the study's first seeds
 EAD = {"tau_max": 1.2, "tau_min": 0.1, "d0": 3.75, "c": 1, "first_token": 1,
-       "convention": "paper", "k": 0.0694, "at_eval": False, "reflect": 0.0}  # fmt: skip
+       "convention": "paper", "k": 0.0694, "at_eval": False}  # fmt: skip
 
 
 def _rows(arm: str, good: bool) -> list[dict]:
@@ -33,14 +34,15 @@ def _rows(arm: str, good: bool) -> list[dict]:
         r = {"step": s, "reward/mean": 0.2, "reward/accuracy": 0.25, "rollout/entropy": 0.5,
              "groups/zero_adv_frac": 0.4, "rollout/answer_disagreement": 0.3,
              "rollout/temperature": 1.0}  # fmt: skip
-        if arm in ("ead", "ead_reversed"):  # EAD's first token hot, the last cold: 0.15
-            # apart, or 0.05; its mirror's first cold and last hot: -0.25, or -0.05
-            first = (1.1 if good else 1.0) if arm == "ead" else (0.7 if good else 0.9)
-            r["rollout/temperature_first"] = first
+        if arm == "ead":  # the first token hot, the last cold: 0.15 apart, or 0.05
+            r["rollout/temperature_first"] = 1.1 if good else 1.0
             r["rollout/temperature_last"] = 0.95
             r["rollout/temperature"] = 0.9
             r["policy/kl_mu_old"] = 0.01 if good else 0.08
             r["tis/mean"] = 1.0
+        if arm == "ead_flat":  # every token at EAD's level of the step
+            r["rollout/temperature_first"] = r["rollout/temperature_last"] = 0.9
+            r["rollout/temperature"] = 0.9
         if arm == "ase":  # 6 updates (or 3), alignment logged from the second update on
             r["ase/updates"] = min(s // 10, 6 if good else 3)
             if s % 10 == 0 and s >= 20:
@@ -63,12 +65,15 @@ def _kept(root, arm, seed, pass64, good=True, viable=9, sweep=(0.1, 0.5), traine
     at temperature `trained` (its sweep at it as "rollout" where that is not 1)."""
     path = root / f"{arm}-s{seed}"
     os.makedirs(path)
-    method = {"ead_reversed": "ead"}.get(arm, arm)
+    method = {"ead_flat": "ead"}.get(arm, arm)
     config = {"seed": seed, "train": {"steps": STEPS}, "task": {"train_size": 640},
               "rollout": {"group_size": 8, "prompts": 16, "temperature": trained},
               "exploration": {"methods": [method] if method in METHODS else []}}  # fmt: skip
     if method == "ead":
-        config["exploration"]["ead"] = {**EAD, "reflect": 0.9 if arm == "ead_reversed" else 0.0}
+        config["exploration"]["ead"] = {
+            **EAD,
+            **({"levels": [0.9] * STEPS} if arm != "ead" else {}),
+        }
     if arm == "ase":
         config["exploration"]["ase"] = {"k": 3, "routing": "bank"}
     if arm == "extra":
@@ -232,35 +237,57 @@ def test_each_arm_changes_one_thing_and_ead_fixed_runs_at_eads_level(tmp_path, m
         _kept(tmp_path, "ead", seed, 0.5)  # its rollouts at 0.9 every step
     fixed = study2.arm_config("ead_fixed", 2, str(tmp_path))
     assert (fixed.rollout.temperature, tuple(fixed.exploration.methods)) == (0.9, ())
-    mirror = study2.arm_config("ead_reversed", 2, str(tmp_path))  # EAD's, mirrored about 0.9
-    assert mirror.exploration.ead.reflect == 0.9 and tuple(mirror.exploration.methods) == ("ead",)
-    assert mirror.rollout.temperature == configs["ead"].rollout.temperature == 1.0
-    assert mirror.exploration.ead.to_dict() == {**configs["ead"].exploration.ead, "reflect": 0.9}
+    flat = study2.arm_config("ead_flat", 2, str(tmp_path))  # EAD's level, step by step
+    assert flat.exploration.ead.levels == (0.9,) * STEPS
+    assert tuple(flat.exploration.methods) == ("ead",) and flat.rl.tis_cap == 2.0
+    assert flat.exploration.ead.to_dict() == {
+        **configs["ead"].exploration.ead,
+        "levels": (0.9,) * STEPS,
+    }
 
 
-@pytest.mark.parametrize("mirrored", [True, False])
-def test_the_focused_tables_check_the_mirror_before_its_verdict(tmp_path, mirrored):
-    """ead_reversed's own check (its realised profile warms: first minus last <= -0.10)
-    sits above the focused table, whose ead - ead_reversed verdict carries the caveat when
-    the mirror did not warm."""
+def test_ead_flat_takes_eads_level_step_by_step(tmp_path):
+    """ead_flat's level at step s: the mean over EAD's seeds of what each drew at step s."""
+    for seed in study2.SEEDS:
+        _kept(tmp_path, "ead", seed, 0.5)
+        rows = [{**r, "rollout/temperature": 0.1 * r["step"] / STEPS + 0.01 * (seed % 2)}
+                for r in _rows("ead", True)]  # fmt: skip
+        with open(tmp_path / f"ead-s{seed}" / "metrics.jsonl.gz", "wb") as f:
+            f.write(gzip.compress(b"".join(json.dumps(r).encode() + b"\n" for r in rows)))
+    levels = study2.ead_levels(str(tmp_path))
+    assert len(levels) == STEPS and levels[0] == round(0.1 / STEPS + 0.005, 3)
+    assert levels[STEPS - 1] == 0.105 and levels[29] == 0.055  # steps 60 and 30
+    assert study2.ead_level(str(tmp_path)) == 0.06  # (0.1 x 61 / 120 + 0.005) = 0.0558
+
+
+@pytest.mark.parametrize("ead_passed", [True, False])
+def test_the_focused_tables_decompose_eads_difference(tmp_path, ead_passed):
+    """The focused section gives each levelled arm's setting, ead_flat's level beside EAD's,
+    then EAD minus each control and ead_flat minus ead_fixed; a verdict involving EAD
+    carries the caveat when EAD's own checks failed."""
     runs, kept = tmp_path / "runs", tmp_path / "kept"
     os.makedirs(runs)
     for seed in range(3):
-        _kept(kept, "ead", seed, 0.55 + 0.001 * seed)
-        _kept(kept, "ead_reversed", seed, 0.5, good=mirrored)
+        _kept(kept, "ead", seed, 0.55 + 0.001 * seed, good=ead_passed)
+        _kept(kept, "ead_flat", seed, 0.5)
         _kept(kept, "ead_fixed", seed, 0.55 - 0.001 * (seed % 2), trained=0.9)
     text = study2.report(str(runs), str(kept), str(tmp_path), str(tmp_path / "figures"))
     focused = text.split("\n## Focused experiments")[1]
     assert "ead_fixed: configs/grpo.py:lab2 with rollout.temperature = 0.9 (" in focused
-    assert "ead_reversed: configs/ead.py:lab2 with exploration.ead.reflect = 0.9 (" in focused
-    profile = "-0.250 [-0.250, -0.250] | <= -0.1 | passed" if mirrored else (
-        "-0.050 [-0.050, -0.050] | <= -0.1 | failed")  # fmt: skip
-    assert f"the last's, the mean over steps | ead_reversed | {profile} |" in focused
-    assert focused.index("ead_reversed's checks:") < focused.index("| ead - ead_reversed | 3 |")
-    row = next(x for x in focused.splitlines() if x.startswith("| ead - ead_reversed | 3 |"))
-    assert row.endswith("| better |" if mirrored else f"| better{study2.CAVEAT} |")
-    fixed = next(x for x in focused.splitlines() if x.startswith("| ead - ead_fixed | 3 |"))
-    assert fixed.endswith("| no difference of 0.02 or more |")  # 0, 0.002, 0.002: no caveat
+    assert ("ead_flat: configs/ead.py:lab2 with exploration.ead.levels = a level a step for 60 "
+            "steps (step 1 0.9, step 30 0.9, step 60 0.9; mean 0.900) (") in focused  # fmt: skip
+    assert "| realised level: mean token temperature, every step | ead_flat | 0.900 [" in focused
+    assert "| beside it: EAD's | ead | 0.900 [" in focused
+    assert "the last's (EAD's above) | ead_flat | 0.000 [0.000, 0.000] | (reported) |" in focused
+    assert focused.index("ead_flat's checks:") < focused.index("| ead - ead_fixed | 3 |")
+
+    def row(label):
+        return next(x for x in focused.splitlines() if x.startswith(f"| {label} | 3 |"))
+
+    caveat = "" if ead_passed else study2.CAVEAT
+    assert row("ead - ead_flat").endswith(f"| better{caveat} |")  # 0.05, 0.051, 0.052
+    assert row("ead - ead_fixed").endswith(f"| no difference of 0.02 or more{caveat} |")
+    assert row("ead_flat - ead_fixed").endswith("| worse |")  # no EAD: no caveat
 
 
 def test_the_report_puts_each_methods_checks_before_its_primary_endpoint(tmp_path):

@@ -32,9 +32,10 @@ the TIS the paper cites (Yao et al. 2025, as verl applies it) and ASE's (ASE pap
 `at_eval` the same schedule is used when evaluating (the paper's test-time Maj@N); leave
 `eval.temperature` at 1.0 for the paper's setting, since the table multiplies it. The
 sweep of `eval.temperatures` draws the policy at each fixed T, without the schedule, so an
-EAD arm's Pass@k at T is comparable with GRPO's (evaluation/evaluate.py). `reflect` is a
-control, not the paper's: the table mirrored about a level (2 reflect - tau_t, cold early and
-hot late), so that EAD and its mirror at the same level differ only in the schedule's shape.
+EAD arm's Pass@k at T is comparable with GRPO's (evaluation/evaluate.py). `levels` is a
+control, not the paper's: every token of step s's rollouts at levels[s] (say, EAD's own
+realised mean temperature at that step), so that beside EAD, with the same TIS and the same
+level as training goes on, only the schedule's shape along the response differs.
 
     python -m explore_rl.main --config configs/ead.py:demo --workdir runs/ead
 """
@@ -43,6 +44,8 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+
+import jax.numpy as jnp
 
 from explore_rl.exploration.base import Explorer, StepContext, register
 from explore_rl.rl.plan import RolloutPlan
@@ -64,9 +67,9 @@ class EAD(Explorer):
         convention: str = "paper"  # paper: k = 1 | code: k = 20 (the authors' public code)
         k: float = 0.0  # explicit k; 0 = from `convention`
         at_eval: bool = False  # also anneal when evaluating (test-time EAD, Maj@N)
-        # > 0: draw at 2 reflect - tau_t, the schedule mirrored about this level (cold
-        # early, hot late): a control for the schedule's shape, not the paper's method
-        reflect: float = 0.0
+        # non-empty: no schedule, every token of the rollouts of (0-based) step index s at
+        # levels[s] (the last one after its end): a control for the shape, not the paper's
+        levels: tuple[float, ...] = ()
 
     @property
     def k(self) -> float:
@@ -87,12 +90,10 @@ class EAD(Explorer):
             raise ValueError(
                 "config: exploration.ead needs d0 > 0, k >= 0, c >= 0 and first_token 0 or 1"
             )
-        hottest = max(1.0, e.tau_max)  # the table's largest value: tau_max, or 1 before c
-        if e.reflect < 0 or 0 < e.reflect <= hottest / 2:
+        if not all(x > 0 for x in e.levels):  # a temperature of 0 would be greedy, silently
             raise ValueError(
-                f"config: exploration.ead.reflect={e.reflect} must be 0 (off) or above "
-                f"{hottest / 2:g}, so the mirrored table (2 reflect - {hottest:g} at its "
-                "coldest) stays positive"
+                f"config: exploration.ead.levels: every level must be above 0 (found "
+                f"{min(e.levels):g})"
             )
         if not spec.loss.tis_cap:
             # a warning, not an error: EAD without TIS is one of the paper's own ablations
@@ -105,10 +106,10 @@ class EAD(Explorer):
         """The schedule of the rollouts drawn at (0-based) step index `step`."""
         e = self.settings
         s = step + 1  # the paper's global step: the first training step is s = 1 (verl)
-        tau = schedules.ead(length, s, e.tau_max, e.tau_min, e.d0, self.k, e.c, e.first_token)
-        # mirrored, each position keeps its distance from the level with the opposite sign:
-        # against EAD at the same level, only the shape differs
-        return 2.0 * e.reflect - tau if e.reflect else tau
+        if e.levels:
+            level = jnp.asarray(e.levels, jnp.float32)[jnp.minimum(step, len(e.levels) - 1)]
+            return level * jnp.ones((length,), jnp.float32)
+        return schedules.ead(length, s, e.tau_max, e.tau_min, e.d0, self.k, e.c, e.first_token)
 
     def _anneal(self, plan: RolloutPlan, step: int) -> RolloutPlan:
         tau = plan.temperature * self.table(plan.temperature.shape[1], step)[None, :]

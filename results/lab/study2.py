@@ -1,18 +1,18 @@
 """The lab's second study (lab v2, docs/lab.md): every method and two temperature controls
 against GRPO from lab v2's base model, 8 seeds x 300 steps an arm, paired by seed; then
-the focused experiments (EAD against a fixed temperature at its own realised level and
-against its schedule mirrored about that level, ASE against its random-direction and
-shuffled-label ablations); the report judges each method's mechanism checks before its
-primary endpoint.
+the focused experiments (EAD against a fixed temperature at its own realised mean level and
+against its own realised level step by step without the schedule's shape, ASE against its
+random-direction and shuffled-label ablations); the report judges each method's mechanism
+checks before its primary endpoint.
 
     python results/lab/study2.py                                  # every run, then the report
     python results/lab/study2.py --arms grpo ead --seeds 0 1      # a part of it
-    python results/lab/study2.py --arms ead_fixed ead_reversed  # focused, after the study's
+    python results/lab/study2.py --arms ead_fixed ead_flat        # focused, after the study
     python results/lab/study2.py --report                         # the report of the runs kept
 
 Runs go as study 1's (results/lab/lab_study.py: `run_study`): seed by seed, each resumed
-where it stopped, the study's arms before the focused ones (the level ead_fixed samples at
-and ead_reversed mirrors about is read from the kept EAD runs when its config is made). A
+where it stopped, the study's arms before the focused ones (the levels ead_fixed and ead_flat
+sample at are read from the kept EAD runs when their configs are made). A
 run counts once both its final evaluations of its last checkpoint are written in its
 folder: eval.json (the 512 test problems x 64 samples at temperature 1, with the diversity
 measures) and eval_sweep.json (16 samples at each of SWEEP, and at the run's own training
@@ -58,37 +58,40 @@ ARMS = {
     # a screen with fewer than K viable anchors tops its bank up rather than refusing: the
     # run goes on and EDEN's check (at least K viable on every seed) reports it failed
     "eden": ("configs/eden.py:lab2", {"exploration.eden.allow_unviable": True}),
-    # focused, at EAD's realised mean temperature (`ead_level`; LEVELLED): GRPO sampled at
-    # it (the level without the shape) and EAD's schedule mirrored about it (the opposite shape)
+    # focused, at EAD's realised temperature (LEVELLED): GRPO at its mean over the run, and
+    # EAD with its TIS drawing each step's every token at that step's mean (no shape)
     "ead_fixed": ("configs/grpo.py:lab2", {}),
-    "ead_reversed": ("configs/ead.py:lab2", {}),
+    "ead_flat": ("configs/ead.py:lab2", {}),
     "ase_random": ("configs/ase.py:random_directions,lab2", {}),
     "ase_shuffled": ("configs/ase.py:shuffled_labels,lab2", {}),
 }
 STUDY = ["grpo", "cold", "hot", "ead", "ase", "extra", "eden"]
-FOCUSED = ["ead_fixed", "ead_reversed", "ase_random", "ase_shuffled"]
-# (arm, against): the focused tables, the first arm minus the second, paired by seed
+FOCUSED = ["ead_fixed", "ead_flat", "ase_random", "ase_shuffled"]
+# (arm, against): the focused tables, the first arm minus the second, paired by seed; EAD
+# minus ead_fixed = (EAD minus ead_flat: the shape) + (ead_flat minus ead_fixed: the level's
+# course over training, with TIS)
 WITHIN = (
-    ("ead", "ead_fixed"), ("ead", "ead_reversed"), ("ase", "ase_random"), ("ase", "ase_shuffled"),
+    ("ead", "ead_fixed"), ("ead", "ead_flat"), ("ead_flat", "ead_fixed"),
+    ("ase", "ase_random"), ("ase", "ase_shuffled"),
 )  # fmt: skip
-# the focused arms set at EAD's realised level, and the setting that takes it
-LEVELLED = {"ead_fixed": "rollout.temperature", "ead_reversed": "exploration.ead.reflect"}
 
 
 def arm_config(arm: str, seed: int, kept: str = KEPT):
-    """The arm's config at `seed`, its base model resolved; a LEVELLED arm's setting the
-    kept EAD runs' realised level (`ead_level`)."""
+    """The arm's config at `seed`, its base model resolved; a LEVELLED arm's setting read
+    from the kept EAD runs' realised temperatures."""
     arms = ARMS
     if arm in LEVELLED:
-        arms = {arm: (ARMS[arm][0], {LEVELLED[arm]: ead_level(kept)})}
+        setting, level = LEVELLED[arm]
+        arms = {arm: (ARMS[arm][0], {setting: level(kept)})}
     return lab_study.arm_config(arm, seed, arms)
 
 
-def ead_level(kept: str) -> float:
-    """The mean over the EAD runs kept in `kept` of their mean token temperature over every
-    step ("rollout/temperature"), rounded to 0.01; a one-line error until every seed's is
-    kept (read earlier, a LEVELLED arm's seeds would run at different levels, and a run
-    resumed after more were kept would no longer be the run it was)."""
+def ead_temperatures(kept: str) -> np.ndarray:
+    """[seed, step]: the mean token temperature the EAD runs kept in `kept` drew at each
+    training step ("rollout/temperature"; step s's rollouts are drawn at 0-based index
+    s - 1); a one-line error until every seed's is kept (read earlier, a LEVELLED arm's
+    seeds would run at different levels, and a run resumed after more were kept would no
+    longer be the run it was)."""
     from explore_rl import analysis
 
     paths = [os.path.join(kept, f"ead-s{s}") for s in SEEDS]
@@ -96,10 +99,31 @@ def ead_level(kept: str) -> float:
     if missing:
         raise SystemExit(
             f"error: {', '.join(LEVELLED)}: EAD's seeds {missing} are not kept in {kept}; "
-            "the level is read from all of them (run the study's arms first)"
+            "the levels are read from all of them (run the study's arms first)"
         )
-    levels = [analysis.load_run(p).metrics["rollout/temperature"].mean() for p in paths]
-    return round(float(np.mean(levels)), 2)
+    drawn = [analysis.load_run(p).metrics["rollout/temperature"].dropna() for p in paths]
+    steps = drawn[0].index
+    if any(not d.index.equals(steps) for d in drawn) or list(steps) != [*range(1, len(steps) + 1)]:
+        raise SystemExit(f"error: {kept}: EAD's runs did not log a temperature at every step")
+    return np.stack([d.to_numpy() for d in drawn])
+
+
+def ead_level(kept: str) -> float:
+    """ead_fixed's temperature: EAD's realised mean over its seeds and steps, to 0.01."""
+    return round(float(ead_temperatures(kept).mean()), 2)
+
+
+def ead_levels(kept: str) -> tuple[float, ...]:
+    """ead_flat's levels: at each step EAD's realised temperature, the mean over its seeds,
+    to 0.001."""
+    return tuple(round(float(x), 3) for x in ead_temperatures(kept).mean(axis=0))
+
+
+# the focused arms drawn at EAD's realised temperature: the setting, and its value's reader
+LEVELLED = {
+    "ead_fixed": ("rollout.temperature", ead_level),
+    "ead_flat": ("exploration.ead.levels", ead_levels),
+}
 
 
 def run(runs: str, kept: str, arms: list[str], seeds: list[int]) -> None:
@@ -261,12 +285,12 @@ CHECKS = (
       every_seed=True),
     C("eden", "eden", "noisy_ratio", "noisy rows' reward over the clean rows', every step",
       low=0.5),
-    # focused: the mirror must really warm as EAD cools, at about EAD's level
-    C("ead_reversed", "ead_reversed", "profile", "realised profile: first token's "
-      "temperature minus the last's, the mean over steps", high=-0.10),
-    C("ead_reversed", "ead_reversed", "temperature", "realised level: mean token temperature, "
-      "every step"),
-    C("ead_reversed", "ead", "temperature", "beside it: EAD's"),
+    # focused, descriptive: the flat arm's level as drawn, beside EAD's (equal by design)
+    C("ead_flat", "ead_flat", "temperature", "realised level: mean token temperature, every "
+      "step"),
+    C("ead_flat", "ead", "temperature", "beside it: EAD's"),
+    C("ead_flat", "ead_flat", "profile", "realised profile: first token's temperature minus "
+      "the last's (EAD's above)"),
 )  # fmt: skip
 
 
@@ -495,12 +519,12 @@ def _focused(table: dict, done: dict) -> list[str]:
     if not pairs:
         return []
     lines = ["", "## Focused experiments: Pass@64 at T 1, paired by seed", ""]
-    for arm, setting in LEVELLED.items():
+    for arm, (setting, _) in LEVELLED.items():
         if arm in done:
             levels = sorted({r.config[setting] for r in done[arm].values()})
             lines += [f"{arm}: {ARMS[arm][0]} with {setting} = "
-                      f"{', '.join(f'{t:g}' for t in levels)} (the kept EAD runs' realised "
-                      "mean token temperature when it ran).", ""]  # fmt: skip
+                      f"{'; '.join(map(_levels, levels))} (from the kept EAD runs' realised "
+                      "mean token temperatures when it ran).", ""]  # fmt: skip
     for arm in FOCUSED:
         checks = [c for c in CHECKS if c.method == arm]
         if arm in table and checks:
@@ -511,6 +535,14 @@ def _focused(table: dict, done: dict) -> list[str]:
         caveat = CAVEAT if mechanism_failed(a, table) or mechanism_failed(b, table) else ""
         rows.append((f"{a} - {b}", stats, _sd(table, a, b), verdict(stats) + caveat))
     return lines + _primary_table(rows)
+
+
+def _levels(x) -> str:
+    """A level, or a level a step in a few numbers."""
+    if not isinstance(x, tuple):
+        return f"{x:g}"
+    return (f"a level a step for {len(x)} steps (step 1 {x[0]:g}, step {len(x) // 2} "
+            f"{x[len(x) // 2 - 1]:g}, step {len(x)} {x[-1]:g}; mean {np.mean(x):.3f})")  # fmt: skip
 
 
 def _figures(done: dict, folder: str) -> None:
