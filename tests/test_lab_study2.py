@@ -43,6 +43,7 @@ def _rows(arm: str, good: bool) -> list[dict]:
         if arm == "ead_flat":  # every token at EAD's level of the step
             r["rollout/temperature_first"] = r["rollout/temperature_last"] = 0.9
             r["rollout/temperature"] = 0.9
+            r["policy/kl_mu_old"] = 0.02
         if arm == "ase":  # 6 updates (or 3), alignment logged from the second update on
             r["ase/updates"] = min(s // 10, 6 if good else 3)
             if s % 10 == 0 and s >= 20:
@@ -258,6 +259,11 @@ def test_ead_flat_takes_eads_level_step_by_step(tmp_path):
     assert len(levels) == STEPS and levels[0] == round(0.1 / STEPS + 0.005, 3)
     assert levels[STEPS - 1] == 0.105 and levels[29] == 0.055  # steps 60 and 30
     assert study2.ead_level(str(tmp_path)) == 0.06  # (0.1 x 61 / 120 + 0.005) = 0.0558
+    rows = [r for r in _rows("ead", True) if r["step"] != 7]  # a seed missing a step
+    with open(tmp_path / "ead-s3" / "metrics.jsonl.gz", "wb") as f:
+        f.write(gzip.compress(b"".join(json.dumps(r).encode() + b"\n" for r in rows)))
+    with pytest.raises(SystemExit, match="did not log a temperature at every step"):
+        study2.ead_levels(str(tmp_path))
 
 
 @pytest.mark.parametrize("ead_passed", [True, False])
@@ -279,6 +285,7 @@ def test_the_focused_tables_decompose_eads_difference(tmp_path, ead_passed):
     assert "| realised level: mean token temperature, every step | ead_flat | 0.900 [" in focused
     assert "| beside it: EAD's | ead | 0.900 [" in focused
     assert "the last's (EAD's above) | ead_flat | 0.000 [0.000, 0.000] | (reported) |" in focused
+    assert "KL(mu, pi_old) a token | ead_flat | 0.020 [0.020, 0.020] | (reported) |" in focused
     assert focused.index("ead_flat's checks:") < focused.index("| ead - ead_fixed | 3 |")
 
     def row(label):

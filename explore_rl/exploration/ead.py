@@ -33,9 +33,10 @@ the TIS the paper cites (Yao et al. 2025, as verl applies it) and ASE's (ASE pap
 `eval.temperature` at 1.0 for the paper's setting, since the table multiplies it. The
 sweep of `eval.temperatures` draws the policy at each fixed T, without the schedule, so an
 EAD arm's Pass@k at T is comparable with GRPO's (evaluation/evaluate.py). `levels` is a
-control, not the paper's: every token of step s's rollouts at levels[s] (say, EAD's own
-realised mean temperature at that step), so that beside EAD, with the same TIS and the same
-level as training goes on, only the schedule's shape along the response differs.
+control, not the paper's: every token of the s-th step's rollouts at levels[s - 1] (say,
+EAD's own realised mean temperature at that step), so that beside EAD, with the same TIS
+and the same level as training goes on, only the schedule's shape along the response
+differs.
 
     python -m explore_rl.main --config configs/ead.py:demo --workdir runs/ead
 """
@@ -43,6 +44,7 @@ level as training goes on, only the schedule's shape along the response differs.
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 
 import jax.numpy as jnp
@@ -90,10 +92,15 @@ class EAD(Explorer):
             raise ValueError(
                 "config: exploration.ead needs d0 > 0, k >= 0, c >= 0 and first_token 0 or 1"
             )
-        if not all(x > 0 for x in e.levels):  # a temperature of 0 would be greedy, silently
+        # a temperature of 0 would be greedy, silently; a bool is not a level
+        bad = [
+            x for x in e.levels
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x < math.inf
+        ]  # fmt: skip
+        if bad:
             raise ValueError(
-                f"config: exploration.ead.levels: every level must be above 0 (found "
-                f"{min(e.levels):g})"
+                f"config: exploration.ead.levels: every level must be a finite number above "
+                f"0 (found {bad[0]!r})"
             )
         if not spec.loss.tis_cap:
             # a warning, not an error: EAD without TIS is one of the paper's own ablations

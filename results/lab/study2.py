@@ -69,7 +69,7 @@ STUDY = ["grpo", "cold", "hot", "ead", "ase", "extra", "eden"]
 FOCUSED = ["ead_fixed", "ead_flat", "ase_random", "ase_shuffled"]
 # (arm, against): the focused tables, the first arm minus the second, paired by seed; EAD
 # minus ead_fixed = (EAD minus ead_flat: the shape) + (ead_flat minus ead_fixed: the level's
-# course over training, with TIS)
+# course over training, and the scoring: pi_old at 1 with TIS against on-policy at the level)
 WITHIN = (
     ("ead", "ead_fixed"), ("ead", "ead_flat"), ("ead_flat", "ead_fixed"),
     ("ase", "ase_random"), ("ase", "ase_shuffled"),
@@ -291,6 +291,9 @@ CHECKS = (
     C("ead_flat", "ead", "temperature", "beside it: EAD's"),
     C("ead_flat", "ead_flat", "profile", "realised profile: first token's temperature minus "
       "the last's (EAD's above)"),
+    C("ead_flat", "ead_flat", "kl_median", "behaviour/old-policy gap TIS corrects: median "
+      "over steps of KL(mu, pi_old) a token"),
+    C("ead_flat", "ead", "kl_median", "beside it: EAD's"),
 )  # fmt: skip
 
 
@@ -539,8 +542,8 @@ def _focused(table: dict, done: dict) -> list[str]:
 
 def _levels(x) -> str:
     """A level, or a level a step in a few numbers."""
-    if not isinstance(x, tuple):
-        return f"{x:g}"
+    if not isinstance(x, tuple) or len(x) < 3:
+        return ", ".join(f"{t:g}" for t in (x if isinstance(x, tuple) else [x]))
     return (f"a level a step for {len(x)} steps (step 1 {x[0]:g}, step {len(x) // 2} "
             f"{x[len(x) // 2 - 1]:g}, step {len(x)} {x[-1]:g}; mean {np.mean(x):.3f})")  # fmt: skip
 
