@@ -388,3 +388,20 @@ def test_the_pilots_the_preregistration_quotes_are_the_pilots_report():
     number = re.compile(r"-?\d+\.\d+")
     quoted = set(number.findall(pilots))
     assert quoted and quoted <= set(number.findall(report)), quoted - set(number.findall(report))
+
+
+def test_the_numbers_docs_quote_are_the_reports():
+    """docs/lab.md's account of study 2 so far quotes results/lab/study2.md, which the
+    script writes from the kept runs: every table row it shows is a row of the report and
+    every decimal number one of its numbers, so none is typed by hand or left behind."""
+    import re
+
+    with open(os.path.join(HERE, "..", "docs", "lab.md")) as f:
+        section = f.read().split("## Study 2 so far", 1)[1].split("\n## ", 1)[0]
+    with open(os.path.join(HERE, "..", "results", "lab", "study2.md")) as f:
+        report = f.read()
+    rows = [line for line in section.splitlines() if line.startswith(("| ", "Seeds finished"))]
+    assert rows and set(rows) <= set(report.splitlines()), set(rows) - set(report.splitlines())
+    number = re.compile(r"-?\d+\.\d+")
+    quoted = set(number.findall(section))
+    assert quoted and quoted <= set(number.findall(report)), quoted - set(number.findall(report))
