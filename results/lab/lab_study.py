@@ -542,9 +542,12 @@ def _ead_schedule(run) -> dict[str, float]:
     its config): at the first and last steps and the mean over steps."""
     from explore_rl.exploration.ead import EAD
 
-    fields = [f"exploration.ead.{f.name}" for f in dataclasses.fields(EAD.Spec)]
     # a setting added after the run was made is absent from its config: its default
-    given = {f.rsplit(".", 1)[1]: run.config[f] for f in fields if f in run.config}
+    given = {
+        f.name: run.config[key]
+        for f in dataclasses.fields(EAD.Spec)
+        if (key := f"exploration.ead.{f.name}") in run.config
+    }
     ead, steps = EAD(EAD.Spec(**given), None), int(run.config["train.steps"])
     first = np.asarray(ead.table(1, np.arange(steps)), np.float64)  # [steps]: token 1's
     return {"tau_first_start": float(first[0]), "tau_first_end": float(first[-1]),
